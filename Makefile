@@ -1,0 +1,47 @@
+# thread_client: every target that needs Python depends on `setup`, so a fresh clone needs nothing else.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements.stamp
+
+HOST ?= 127.0.0.1
+PORT ?= 9999
+SERVER_ARGS ?=
+CLIENT_ARGS ?=
+SERVER_PID := .server.pid
+SERVER_LOG := .server.log
+
+.PHONY: help setup run-server stop-server run-client run test
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup: $(STAMP)  ## create or refresh .venv from requirements.txt
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+run-server: setup  ## start the reference server in the background on $(HOST):$(PORT)
+	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
+		echo "server already running (pid $$(cat $(SERVER_PID)))"; exit 0; fi; \
+	$(PY) original_server.py --host $(HOST) --port $(PORT) $(SERVER_ARGS) > $(SERVER_LOG) 2>&1 & \
+	echo $$! > $(SERVER_PID); \
+	for _ in $$(seq 100); do \
+		if (exec 3<>/dev/tcp/$(HOST)/$(PORT)) 2>/dev/null; then echo "server up on $(HOST):$(PORT) (pid $$(cat $(SERVER_PID)))"; exit 0; fi; \
+		kill -0 $$(cat $(SERVER_PID)) 2>/dev/null || break; sleep 0.1; \
+	done; \
+	echo "server did not start:"; cat $(SERVER_LOG); rm -f $(SERVER_PID); exit 1
+
+stop-server:  ## stop the background reference server
+	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
+		kill $$(cat $(SERVER_PID)); \
+		for _ in $$(seq 50); do kill -0 $$(cat $(SERVER_PID)) 2>/dev/null || break; sleep 0.1; done; \
+		echo "server stopped"; else echo "no server running"; fi; rm -f $(SERVER_PID)
+
+test: setup  ## run the test suite
+	$(PY) -m pytest $(PYTEST_ARGS)

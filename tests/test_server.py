@@ -1,0 +1,253 @@
+"""The reference server follows the exchange contract rule by rule."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import KEY, KEYS, ROOT, FakeClock
+from original_server import MSG_BLOCKED, MSG_INVALID_NONCE, MSG_RATE_LIMITED, ExchangeState
+
+SERVER = str(ROOT / "original_server.py")
+
+
+def call(server, session=None, **params):
+    answer = (session or requests).get(f"{server.url}/api/request", params=params, timeout=5)
+    return answer.status_code, answer.json()
+
+
+def test_unknown_key_is_401(fast_server):
+    assert call(fast_server, api_key="nope", nonce=1, req_id=1) == (
+        401,
+        {"status": "error", "error_msg": "invalid api key"},
+    )
+    assert fast_server.stats()["totals"]["invalid_key"] == 1
+
+
+def test_accepted_answer_echoes_req_id(fast_server):
+    assert call(fast_server, api_key=KEY, nonce=1, req_id="abc-7") == (200, {"status": "OK", "req_id": "abc-7"})
+
+
+def test_twenty_accepted_then_rate_limited(fast_server):
+    with requests.Session() as session:
+        codes = [call(fast_server, session, api_key=KEY, nonce=n, req_id=n)[0] for n in range(1, 21)]
+        assert codes == [200] * 20
+        assert call(fast_server, session, api_key=KEY, nonce=21, req_id=21) == (
+            429,
+            {"status": "error", "error_msg": MSG_RATE_LIMITED},
+        )
+    key = fast_server.stats()["keys"][KEY]
+    assert (key["accepted"], key["rate_limited"], key["is_blocked"]) == (20, 1, False)
+
+
+def test_ten_rejections_block_the_key_for_good(fast_server):
+    with requests.Session() as session:
+        for n in range(1, 21):
+            call(fast_server, session, api_key=KEY, nonce=n, req_id=n)
+        for n in range(21, 31):
+            assert call(fast_server, session, api_key=KEY, nonce=n, req_id=n)[1]["error_msg"] == MSG_RATE_LIMITED
+        for n in range(31, 34):
+            assert call(fast_server, session, api_key=KEY, nonce=n, req_id=n) == (
+                429,
+                {"status": "error", "error_msg": MSG_BLOCKED},
+            )
+    stats = fast_server.stats()
+    assert stats["keys"][KEY] | {"ring": None, "last_nonce": None} == {
+        "accepted": 20,
+        "rate_limited": 10,
+        "blocked": 3,
+        "invalid_nonce": 0,
+        "is_blocked": True,
+        "ring": None,
+        "last_nonce": None,
+    }
+    assert stats["keys"][KEYS[1]]["is_blocked"] is False
+
+
+def test_repeated_or_lower_nonce_is_400_and_spends_a_slot(start_server):
+    server = start_server("--max-latency-ms", "1", "--rate", "3")
+    assert call(server, api_key=KEY, nonce=5, req_id=1)[0] == 200
+    assert call(server, api_key=KEY, nonce=5, req_id=2) == (400, {"status": "error", "error_msg": MSG_INVALID_NONCE})
+    assert call(server, api_key=KEY, nonce=4, req_id=3)[0] == 400
+    # Three slots spent within the window, even though two requests failed their nonce.
+    assert call(server, api_key=KEY, nonce=6, req_id=4)[1]["error_msg"] == MSG_RATE_LIMITED
+    key = server.stats()["keys"][KEY]
+    assert (key["accepted"], key["invalid_nonce"], key["rate_limited"], key["last_nonce"]) == (1, 2, 1, 5)
+
+
+@pytest.mark.parametrize("nonce", ["abc", "1.5", "", None])
+def test_non_integer_or_missing_nonce_is_400(fast_server, nonce):
+    params = {"api_key": KEY, "req_id": 1} | ({} if nonce is None else {"nonce": nonce})
+    assert call(fast_server, **params) == (400, {"status": "error", "error_msg": MSG_INVALID_NONCE})
+
+
+def test_form_body_on_get_is_read(fast_server):
+    answer = requests.request(
+        "GET",
+        f"{fast_server.url}/api/request",
+        data={"api_key": KEY, "nonce": 3, "req_id": "form-1"},
+        timeout=5,
+    )
+    assert (answer.status_code, answer.json()) == (200, {"status": "OK", "req_id": "form-1"})
+
+
+def test_stats_count_what_was_sent(fast_server):
+    with requests.Session() as session:
+        for n in range(1, 6):
+            call(fast_server, session, api_key=KEYS[1], nonce=n, req_id=n)
+        call(fast_server, session, api_key=KEYS[1], nonce=2, req_id=6)
+        call(fast_server, session, api_key="bad", nonce=1, req_id=7)
+    stats = fast_server.stats()
+    assert stats["totals"] | {"invalid_key": stats["totals"]["invalid_key"]} == {
+        "accepted": 5,
+        "rate_limited": 0,
+        "blocked": 0,
+        "invalid_nonce": 1,
+        "invalid_key": 1,
+        "fail": 0,
+        "garbage": 0,
+        "drop": 0,
+        "stall": 0,
+    }
+    assert stats["keys"][KEYS[1]]["last_nonce"] == 5
+    assert isinstance(stats["uptime_s"], float)
+
+
+def test_admission_is_atomic_under_many_threads():
+    """With the clock frozen, exactly `rate` are admitted, exactly `max_429` refused, the rest blocked."""
+    state = ExchangeState((KEY,), rate=20, max_429=10, clock_ms=lambda: 5_000)
+    barrier = threading.Barrier(16)
+
+    def hammer() -> None:
+        barrier.wait()
+        for _ in range(50):
+            state.admit(KEY)
+
+    threads = [threading.Thread(target=hammer) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    ring = state.stats()["keys"][KEY]
+    assert ring["rate_limited"] == 10
+    assert ring["blocked"] == 16 * 50 - 20 - 10
+    assert ring["ring"] == [5_000] * 20
+
+
+def test_concurrent_requests_never_exceed_the_window(start_server):
+    server = start_server("--max-latency-ms", "0")
+    barrier = threading.Barrier(40)
+    codes: list[int] = []
+
+    def fire(n: int) -> None:
+        barrier.wait()
+        codes.append(call(server, api_key=KEY, nonce=n, req_id=n)[0])
+
+    threads = [threading.Thread(target=fire, args=(n,)) for n in range(1, 41)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive()
+    key = server.stats()["keys"][KEY]
+    ring = sorted(key["ring"])
+    assert len(codes) == 40
+    # However the 40 interleaved, each accepted stamp is in the ring: 20 of them, within one window.
+    assert key["accepted"] + key["invalid_nonce"] <= 20
+    assert key["accepted"] + key["invalid_nonce"] + key["rate_limited"] + key["blocked"] == 40
+    assert ring[-1] - ring[0] <= 1000 or key["accepted"] + key["invalid_nonce"] < 20
+
+
+def test_keep_alive_round_trip_has_no_nagle_stall(start_server):
+    """Headers and body leave in one write: a zero-latency round trip takes a few ms, not ~40."""
+    server = start_server("--max-latency-ms", "0")
+    durations = []
+    with requests.Session() as session:
+        for n in range(1, 16):
+            started = time.perf_counter()
+            call(server, session, api_key=KEYS[n % 5], nonce=n, req_id=n)
+            durations.append(time.perf_counter() - started)
+    assert statistics.median(durations) < 0.02
+
+
+def test_default_latencies_follow_the_contract(start_server):
+    server = start_server()
+    with requests.Session() as session:
+        answers = [call(server, session, api_key=KEYS[2], nonce=n, req_id=n) for n in range(1, 6)]
+    assert answers == [(200, {"status": "OK", "req_id": str(n)}) for n in range(1, 6)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "api_key=" + KEY,
+        "api_key=" + KEY + "&nonce=" + "9" * 5000,
+        "api_key=" + KEY + "&nonce=%E2%82%AC&req_id=%E2%82%AC",
+        "api_key=" + KEY + "&api_key=other&nonce=1&nonce=0&req_id=1",
+        "api_key=%FF%FE&nonce=1",
+    ],
+)
+def test_malformed_requests_get_json_errors(fast_server, query):
+    answer = requests.get(f"{fast_server.url}/api/request?{query}", timeout=5)
+    assert answer.status_code in (200, 400, 401)
+    assert answer.json()["status"] in ("OK", "error")
+    assert call(fast_server, api_key=KEYS[4], nonce=10**12, req_id="alive")[0] == 200
+
+
+def test_raw_garbage_and_huge_lines_get_json_errors(fast_server):
+    for payload in (b"NONSENSE\r\n\r\n", b"GET /api/request?" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", fast_server.port), timeout=5) as conn:
+            conn.sendall(payload)
+            reply = conn.recv(65536)
+        # A garbled request line is answered as HTTP/0.9 would be: the JSON body alone.
+        assert b'"status": "error"' in reply
+    assert call(fast_server, api_key=KEY, nonce=1, req_id="alive")[0] == 200
+
+
+def test_unknown_path_is_404_json(fast_server):
+    answer = requests.get(f"{fast_server.url}/nope", timeout=5)
+    assert (answer.status_code, answer.json()["status"]) == (404, "error")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rate", "0"], "--rate"),
+        (["--max-latency-ms", "-1"], "--max-latency-ms"),
+        (["--port", "70000"], "--port"),
+        (["--fail-rate", "2"], "--fail-rate"),
+        (["--keys-file", "/nonexistent/keys"], "/nonexistent/keys"),
+        (["--bogus"], "unrecognized"),
+    ],
+)
+def test_bad_command_line_is_one_line_and_exit_2(args, message):
+    result = subprocess.run([sys.executable, SERVER, *args], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+
+
+def test_port_in_use_is_exit_2(fast_server):
+    result = subprocess.run(
+        [sys.executable, SERVER, "--port", str(fast_server.port)], capture_output=True, text=True, timeout=10
+    )
+    assert result.returncode == 2
+    assert "cannot listen" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_it_cleanly(start_server, sig):
+    server = start_server("--max-latency-ms", "0")
+    assert call(server, api_key=KEY, nonce=1, req_id=1)[0] == 200
+    assert server.stop(sig) == 0
