@@ -1,0 +1,119 @@
+"""The daemon's configuration: a frozen, validated record, and where its API keys come from."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+from .producer import LOADS
+
+__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_URL", "KEYS_ENV", "load_keys"]
+
+DEFAULT_URL = "http://127.0.0.1:9999"
+KEYS_ENV = "THREAD_CLIENT_KEYS"
+#: The public test keys of the reference server: a default for trying it out, not secrets.
+DEFAULT_KEYS = (
+    "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
+    "8TY2F3KIL38T741G1UCBMCAQ75XU9F5O",
+    "954IXKJN28CBDKHSKHURQIVLQHZIEEM9",
+    "EUU46ID478HOO7GOXFASKPOZ9P91XGYS",
+    "46V5EZ5K2DFAGW85J18L50SGO25WJ5JE",
+)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the daemon needs; times are in seconds. Change it with ``dataclasses.replace()``."""
+
+    url: str = DEFAULT_URL
+    keys: tuple[str, ...] = DEFAULT_KEYS
+    rate: int = 20
+    window: float = 1.001
+    order_latency: float = 0.055
+    ttl: float = 1.0
+    http_timeout: float = 1.0
+    max_retries: int = 5
+    queue_size: int = 50
+    threads_per_key: int = 2
+    load: str = "exercise"
+    duration: float = 0.0
+    metrics_interval: float = 5.0
+    log_level: str = "INFO"
+    log_file: str | None = None
+    log_max_bytes: int = 10 * 1024 * 1024
+    log_backups: int = 3
+    graveyard: str | None = "graveyard.jsonl"
+    summary_json: str | None = None
+    metrics_port: int | None = None
+
+    def __post_init__(self) -> None:
+        url = urlsplit(self.url)
+        try:
+            port = url.port
+        except ValueError as exc:
+            raise ConfigError(f"--url {self.url!r} has an invalid port") from exc
+        if url.scheme != "http" or not url.hostname or url.query or url.fragment:
+            raise ConfigError(f"--url must look like http://HOST[:PORT], got {self.url!r}")
+        if port == 0:
+            raise ConfigError(f"--url {self.url!r} has an invalid port")
+        if not self.keys:
+            raise ConfigError("no API keys")
+        if len(set(self.keys)) != len(self.keys):
+            raise ConfigError("an API key is listed twice")
+        _positive(rate=self.rate, window=self.window, ttl=self.ttl, http_timeout=self.http_timeout,
+                  queue_size=self.queue_size, threads_per_key=self.threads_per_key,
+                  metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)
+        _not_negative(order_latency=self.order_latency, max_retries=self.max_retries,
+                      duration=self.duration, log_backups=self.log_backups)
+        if self.load not in LOADS:
+            raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def _not_negative(**values: float) -> None:
+    for name, value in values.items():
+        if not value >= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must not be negative, got {value}")
+
+
+def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, ...]:
+    """API keys from ``path`` (one per line; blank lines and ``#`` comments skipped), else from
+    the ``THREAD_CLIENT_KEYS`` variable (comma or white-space separated), else the test keys.
+
+    Raises ConfigError naming the file (never a key) when it is missing, unreadable,
+    empty, or lists a key twice.
+    """
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+            raise ConfigError(f"cannot read keys file {path}: {reason}") from exc
+        keys = [line.strip() for line in text.splitlines()]
+        keys = [key for key in keys if key and not key.startswith("#")]
+        source = f"keys file {path}"
+    elif environ.get(KEYS_ENV, "").strip():
+        keys = environ[KEYS_ENV].replace(",", " ").split()
+        source = f"${KEYS_ENV}"
+    else:
+        return DEFAULT_KEYS
+    if not keys:
+        raise ConfigError(f"{source} holds no keys")
+    if any(" " in key or "\t" in key for key in keys):
+        raise ConfigError(f"{source}: a key contains white space")
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"{source} lists a key twice")
+    return tuple(keys)
