@@ -60,6 +60,8 @@ class LatencyHistogram:
             if seen >= rank:
                 if index == 0:
                     return min(self._low, self.max)
+                if index == len(self._counts) - 1:  # the overflow bucket has no upper edge
+                    return self.max
                 # The geometric middle of the bucket, never past the largest sample.
                 middle = math.sqrt(self.upper_bound(index - 1) * self.upper_bound(index))
                 return min(middle, self.max)
