@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test
+.PHONY: help setup run-server stop-server run-client run test bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -42,6 +42,21 @@ stop-server:  ## stop the background reference server
 		kill $$(cat $(SERVER_PID)); \
 		for _ in $$(seq 50); do kill -0 $$(cat $(SERVER_PID)) 2>/dev/null || break; sleep 0.1; done; \
 		echo "server stopped"; else echo "no server running"; fi; rm -f $(SERVER_PID)
+
+run-client: setup  ## run the client in the foreground against $(HOST):$(PORT) (Ctrl-C stops it)
+	$(PY) -m thread_client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
+
+run: setup  ## start the server, run the client until Ctrl-C, stop the server
+	@$(MAKE) --no-print-directory run-server
+	@trap '$(MAKE) --no-print-directory stop-server' EXIT; \
+	$(PY) -m thread_client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
+
+BENCH_SECONDS ?= 60
+BENCH_KEYS ?= 5
+BENCH_JSON ?= bench-results.json
+
+bench: setup  ## saturate + exercise runs against a fresh server; prints the table, writes $(BENCH_JSON) and img/bench.png
+	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m thread_client.bench
 
 test: setup  ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -13,6 +13,7 @@ from .graveyard import Graveyard
 from .metrics import Metrics
 from .nonce import NonceGenerator
 from .producer import Producer
+from .prometheus import MetricsServer
 from .queue_manager import QueueManager
 from .rate_limiter import ThreadSafeRateLimiter
 from .reporting import MetricsReporter, QueueMonitor
@@ -75,6 +76,7 @@ class Daemon:
             MetricsReporter(self.metrics, self.queues, config.metrics_interval, self._stop_reports),
             QueueMonitor(self.queues, self._stop_reports),
         ]
+        self.metrics_server: MetricsServer | None = None
         self._started_at: float | None = None
         self._summary: Summary | None = None
         self._shutdown_lock = threading.Lock()
@@ -102,6 +104,9 @@ class Daemon:
         for key in self.keys:
             key.limiter.hold(self.config.window)
         self._started_at = self._clock()
+        if self.config.metrics_port is not None:
+            self.metrics_server = MetricsServer(self, self.config.metrics_port)
+            log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(
@@ -155,6 +160,8 @@ class Daemon:
                 log.warning("%d queued requests buried in the graveyard (%s)", buried, drain_reason)
             self._stop_reports.set()
             self._join(self.reporters, timeout)
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.graveyard.close()
             started = self._started_at if self._started_at is not None else self._clock()
             self._summary = Summary(

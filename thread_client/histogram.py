@@ -68,7 +68,8 @@ class LatencyHistogram:
         return self.max
 
     def cumulative(self, bounds: list[float]) -> list[int]:
-        """Counts of samples at or below each of ``bounds`` (for Prometheus buckets), bucket-exact."""
+        """Counts of samples at or below each of ``bounds`` (Prometheus buckets), each bound rounded
+        down to a bucket edge (within one bucket's 2%)."""
         result = []
         for bound in bounds:
             index = 0 if bound < self._low else 1 + int(math.log(bound / self._low) / self._log_growth)

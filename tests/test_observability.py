@@ -1,0 +1,55 @@
+"""The Prometheus endpoint during a real run, and the bench's window arithmetic."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from thread_client.bench import bench_keys, format_table, window_percentile
+from thread_client.config import DEFAULT_KEYS, Config
+from thread_client.daemon import Daemon
+
+
+def test_metrics_endpoint_is_scraped_during_a_run(fast_server, tmp_path):
+    config = Config(url=fast_server.url, graveyard=str(tmp_path / "g.jsonl"), metrics_port=0, load="saturate")
+    with Daemon(config) as daemon:
+        port = daemon.metrics_server.port
+        deadline = time.monotonic() + 30
+        while daemon.queues.counts().accepted < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting for a condition, bounded by the deadline
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name in ("created", "accepted", "retried", "expired", "graveyard"):
+        assert families[f"thread_client_{name}"].type == "counter"
+    assert families["thread_client_accepted"].samples[0].value >= 50
+    attempts = families["thread_client_attempts"].samples
+    assert {s.labels["key"] for s in attempts} <= {f"{k[:4]}...{k[-4:]}" for k in DEFAULT_KEYS}
+    assert all(k not in text for k in DEFAULT_KEYS)  # keys only ever masked
+    queues = {s.labels["queue"] for s in families["thread_client_queue_size"].samples}
+    assert queues == {"main", "dlq"}
+    for gauge in ("in_flight", "blocked_keys", "limiter_order_latency_seconds", "limiter_window_seconds"):
+        assert families[f"thread_client_{gauge}"].type == "gauge"
+    e2e = families["thread_client_end_to_end_latency_seconds"]
+    assert e2e.type == "histogram"
+    count = next(s.value for s in e2e.samples if s.name.endswith("_count"))
+    buckets = [s.value for s in e2e.samples if s.name.endswith("_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == count >= 50
+
+
+def test_window_percentile_interpolates_between_scrapes():
+    before = [(0.1, 0.0), (0.2, 0.0), (float("inf"), 0.0)]
+    after = [(0.1, 50.0), (0.2, 100.0), (float("inf"), 100.0)]
+    assert window_percentile(before, after, 50) == pytest.approx(100.0)
+    assert window_percentile(before, after, 75) == pytest.approx(150.0)
+    assert window_percentile(after, after, 99) == 0.0
+
+
+def test_bench_keys_are_deterministic_and_distinct():
+    assert bench_keys(5) == DEFAULT_KEYS
+    twenty = bench_keys(20)
+    assert len(set(twenty)) == 20 and twenty == bench_keys(20) and all(len(k) == 32 for k in twenty)
+    assert "mode" in format_table([]).splitlines()[0]
