@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test bench
+.PHONY: help setup run-server stop-server run-client run test bench chaos
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -57,6 +57,11 @@ BENCH_JSON ?= bench-results.json
 
 bench: setup  ## saturate + exercise runs against a fresh server; prints the table, writes $(BENCH_JSON) and img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m thread_client.bench
+
+CHAOS_SECONDS ?= 60
+
+chaos: setup  ## faults at low rates plus a server restart under the exercise load; fails on any broken invariant
+	$(PY) -m thread_client.chaos --seconds $(CHAOS_SECONDS)
 
 test: setup  ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -185,6 +185,7 @@ class ExchangeState:
         return {
             "uptime_s": time.monotonic() - self._started,
             "server_time_ms": self._clock_ms(),
+            "threads": threading.active_count(),
             "totals": totals,
             "keys": keys,
         }
@@ -279,13 +280,19 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         else:
             if fault == "stall":
                 time.sleep(STALL_S)
-            self._answer(500, error_body(f"internal error ({fault})"))
+            retry_after = self.server.retry_after
+            extra = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+            self._answer(500, error_body(f"internal error ({fault})"), headers=extra)
 
-    def _answer(self, status: int, payload: dict | None, raw: bytes = b"", close: bool = False) -> None:
+    def _answer(
+        self, status: int, payload: dict | None, raw: bytes = b"", close: bool = False, headers: dict[str, str] | None = None
+    ) -> None:
         body = raw or json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json" if payload is not None else "text/html")
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -309,8 +316,10 @@ class ExchangeServer(ThreadingHTTPServer):
         faults: FaultRates = FaultRates(),
         seed: int | None = None,
         verbose: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         self.state = state
+        self.retry_after = retry_after
         self.max_latency_ms = max_latency_ms
         self.faults = faults
         self.verbose = verbose
@@ -361,6 +370,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--drop-rate", type=float, default=0.0, help="probability of closing the connection without an answer (default 0)")
     parser.add_argument("--stall-rate", type=float, default=0.0, help=f"probability of answering only after {STALL_S:g} s (default 0)")
     parser.add_argument("--block-keys", default="", help="comma-separated keys that start blocked")
+    parser.add_argument("--retry-after", type=float, metavar="SECONDS",
+                        help="send this Retry-After header with every injected 500 (default none)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -371,6 +382,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--rate must be at least 1, got {args.rate}")
     if args.max_429 < 1:
         parser.error(f"--max-429 must be at least 1, got {args.max_429}")
+    if args.retry_after is not None and args.retry_after < 0:
+        parser.error(f"--retry-after must not be negative, got {args.retry_after}")
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
         args.keys = read_keys(args.keys_file) if args.keys_file else DEFAULT_KEYS
@@ -387,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked)
     try:
-        server = ExchangeServer((args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose)
+        server = ExchangeServer(
+            (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after
+        )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
         return 2

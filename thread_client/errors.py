@@ -31,7 +31,8 @@ class LimiterClosed(ThreadClientError):
 
 
 class TransportError(ThreadClientError):
-    """Raised when an HTTP attempt got no answer: ``kind`` is "timeout" or "connection"."""
+    """Raised when an HTTP attempt got no answer: ``kind`` is "timeout", "refused" (the request
+    surely never left) or "connection" (reset or dropped: it may have been processed)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")

@@ -157,6 +157,15 @@ class ThreadSafeRateLimiter:
             # A waiter may have seen this slot in flight (no known free time): let it look again.
             self._changed.notify_all()
 
+    def cancel(self, permit: Permit) -> None:
+        """Give back a permit whose request surely never reached the server (connection refused):
+        its slot is free at once and, if it was the last send, so is the order gate."""
+        with self._changed:
+            self._free_at[permit.slot] = -math.inf
+            if permit.sequence == self._sequence:
+                self._order_open_at = -math.inf
+            self._changed.notify_all()
+
     def note_rate_limited(self) -> float:
         """A 429 arrived although the window rule forbids it: hold the key back a full window
         and widen the window a little. Returns the new window."""

@@ -46,6 +46,9 @@ class Transport:
         except (socket.timeout, TimeoutError) as exc:
             self._connection.close()
             raise TransportError("timeout", type(exc).__name__) from exc
+        except ConnectionRefusedError as exc:
+            self._connection.close()
+            raise TransportError("refused", str(exc)) from exc
         except (OSError, http.client.HTTPException) as exc:
             self._connection.close()
             raise TransportError("connection", f"{type(exc).__name__}: {exc}") from exc

@@ -20,7 +20,7 @@ __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
-_TRANSPORT_OUTCOMES = {"timeout": Outcome.TIMEOUT, "connection": Outcome.CONNECTION_ERROR}
+_TRANSPORT_OUTCOMES = {"timeout": Outcome.TIMEOUT, "refused": Outcome.CONNECTION_ERROR, "connection": Outcome.CONNECTION_ERROR}
 
 
 class Worker(ManagedThread):
@@ -89,7 +89,10 @@ class Worker(ManagedThread):
         try:
             answer = self._transport.send(self.key.secret, permit.nonce, request.req_id)
         except TransportError as exc:
-            limiter.release(permit, answered_at=None)
+            if exc.kind == "refused":
+                limiter.cancel(permit)
+            else:
+                limiter.release(permit, answered_at=None)
             outcome, retry_after = _TRANSPORT_OUTCOMES[exc.kind], None
             log.debug("%s: request %s got no answer: %s", self.name, request.req_id, exc)
         else:
