@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test bench chaos
+.PHONY: help setup run-server stop-server run-client run test bench chaos soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -62,6 +62,18 @@ CHAOS_SECONDS ?= 60
 
 chaos: setup  ## faults at low rates plus a server restart under the exercise load; fails on any broken invariant
 	$(PY) -m thread_client.chaos --seconds $(CHAOS_SECONDS)
+
+SOAK_SECONDS ?= 600
+PROFILE_SECONDS ?= 60
+
+soak: setup  ## long exercise run; prints the client's RSS slope over the second half (target < 50 KiB/min)
+	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m thread_client.soak
+
+profile: setup  ## mprof run of the client; writes img/profile_memory.png and img/profile_cpu.png
+	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m thread_client.profile
+
+diagrams:  ## render img/lifecycle.png from img/lifecycle.puml (needs plantuml: apt-get install plantuml)
+	plantuml -tpng img/lifecycle.puml
 
 test: setup  ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -53,3 +53,22 @@ def test_bench_keys_are_deterministic_and_distinct():
     twenty = bench_keys(20)
     assert len(set(twenty)) == 20 and twenty == bench_keys(20) and all(len(k) == 32 for k in twenty)
     assert "mode" in format_table([]).splitlines()[0]
+
+
+def test_log_file_rotates_and_per_request_lines_need_debug(fast_server, tmp_path):
+    from test_daemon import run_client
+
+    log = tmp_path / "client.log"
+    result, _ = run_client(fast_server, tmp_path, "--duration", "2", "--log-level", "DEBUG", "--log-file", str(log),
+                           "--log-max-bytes", "4000", "--log-backups", "2")
+    assert result.returncode == 0
+    files = sorted(path.name for path in tmp_path.glob("client.log*"))
+    assert files == ["client.log", "client.log.1", "client.log.2"]
+    assert all(path.stat().st_size <= 4000 for path in tmp_path.glob("client.log*"))
+    assert "nonce" in log.read_text()  # per-request lines at DEBUG
+
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    result, summary = run_client(fast_server, quiet, "--duration", "2", "--log-file", str(quiet / "client.log"))
+    text = (quiet / "client.log").read_text()
+    assert summary["accepted"] > 0 and " nonce " not in text and "accepted" in text  # metrics block, no per-request lines

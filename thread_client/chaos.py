@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         right = f"{server_rows[i][0]:>14} {server_rows[i][1]:>8}" if i < len(server_rows) else ""
         print(f"  {left}           | {right}")
     print(f"  graveyard by reason: {summary['graveyard_by_reason']}")
+    print("  (the server count misses what it accepted between its last sample and the restart)")
     checks = [
         ("accounting identity exact", summary["identity_holds"] and graveyard_lines == summary["graveyard"]),
         ("no thread died or was left running", not summary["threads_died"] and not summary["threads_alive"]),

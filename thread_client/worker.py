@@ -89,22 +89,28 @@ class Worker(ManagedThread):
         try:
             answer = self._transport.send(self.key.secret, permit.nonce, request.req_id)
         except TransportError as exc:
+            finished_at = self._clock()
             if exc.kind == "refused":
                 limiter.cancel(permit)
             else:
                 limiter.release(permit, answered_at=None)
             outcome, retry_after = _TRANSPORT_OUTCOMES[exc.kind], None
-            log.debug("%s: request %s got no answer: %s", self.name, request.req_id, exc)
+        except BaseException:
+            limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
+            raise
         else:
-            answered_at = self._clock()
-            limiter.release(permit, answered_at)
+            finished_at = self._clock()
+            limiter.release(permit, finished_at)
             outcome, retry_after = classify(answer.status, answer.body, str(request.req_id)), answer.retry_after
-        round_trip = self._clock() - sent_at
+        round_trip = finished_at - sent_at
         self._metrics.record_attempt(self.key.name, outcome, round_trip)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, permit.nonce,
+                      self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
 
         if outcome is Outcome.ACCEPTED:
             self._queues.accept(request)
-            self._metrics.record_accepted(self._clock() - request.created_at)
+            self._metrics.record_accepted(finished_at - request.created_at)
             return
         if outcome is Outcome.RATE_LIMITED:
             window = limiter.note_rate_limited()
