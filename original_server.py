@@ -412,7 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=server.shutdown, name="server-shutdown").start()
 
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # A server started in the background (make run-server) inherits an ignored SIGINT: keep it,
+    # so Ctrl-C on the client in the same terminal does not take the server down under it.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, stop)
     host, port = server.server_address[:2]
     print(f"exchange server listening on http://{host}:{port} ({len(args.keys)} keys)", flush=True)
     with server:
