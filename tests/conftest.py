@@ -11,15 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from thread_client.config import DEFAULT_KEYS as KEYS  # noqa: E402
 from thread_client.server_process import ServerProcess  # noqa: E402
 
-KEYS = (
-    "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
-    "8TY2F3KIL38T741G1UCBMCAQ75XU9F5O",
-    "954IXKJN28CBDKHSKHURQIVLQHZIEEM9",
-    "EUU46ID478HOO7GOXFASKPOZ9P91XGYS",
-    "46V5EZ5K2DFAGW85J18L50SGO25WJ5JE",
-)
 KEY = KEYS[0]
 
 

@@ -28,12 +28,34 @@ def wait_for(condition, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def client_process(server, tmp_path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "thread_client", "--url", server.url, "--summary-json", str(tmp_path / "summary.json"),
-         "--graveyard", str(tmp_path / "graveyard.jsonl"), "--metrics-interval", "1", *args],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+@pytest.fixture
+def client_process():
+    """Start client daemons in the background; any still running after the test is killed."""
+    started: list[subprocess.Popen] = []
+
+    def start(server, tmp_path, *args: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "thread_client", "--url", server.url, "--summary-json", str(tmp_path / "summary.json"),
+             "--graveyard", str(tmp_path / "graveyard.jsonl"), "--metrics-interval", "1", *args],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def stop_client(client: subprocess.Popen, tmp_path) -> dict:
+    """SIGTERM the client; it must exit 0. Returns its summary."""
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    return json.loads((tmp_path / "summary.json").read_text())
 
 
 @pytest.mark.parametrize("flag", FAULT_FLAGS)
@@ -84,40 +106,30 @@ def test_all_keys_blocked_buries_everything_and_exits_non_zero(start_server, tmp
     assert "every API key is retired" in result.stdout
 
 
-def test_server_down_at_start_then_up(start_server, tmp_path):
+def test_server_down_at_start_then_up(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     port = server.port
     server.stop()
     client = client_process(server, tmp_path)
-    try:
-        time.sleep(1.5)  # the client runs against a closed port for a while, on purpose
-        assert client.poll() is None
-        server.start()
-        assert server.port == port
-        wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
-    finally:
-        client.send_signal(signal.SIGTERM)
-        out, _ = client.communicate(timeout=30)
-    assert client.returncode == 0, out
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    time.sleep(1.5)  # the client runs against a closed port for a while, on purpose
+    assert client.poll() is None
+    server.start()
+    assert server.port == port
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    summary = stop_client(client, tmp_path)
     assert summary["outcomes"]["connection_error"] > 0
     assert_clean_run(summary, server.stats())
     # Backoff: the retries of a refused request are spread out, not burnt in milliseconds.
     assert summary["outcomes"]["connection_error"] < summary["created"] * 6
 
 
-def test_server_restart_mid_run_and_client_restart(start_server, tmp_path):
+def test_server_restart_mid_run_and_client_restart(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     client = client_process(server, tmp_path)
-    try:
-        wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
-        server.restart()  # fresh state: rings and nonces forgotten
-        wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
-    finally:
-        client.send_signal(signal.SIGTERM)
-        out, _ = client.communicate(timeout=30)
-    assert client.returncode == 0, out
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    server.restart()  # fresh state: rings and nonces forgotten
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    summary = stop_client(client, tmp_path)
     assert summary["identity_holds"] and not summary["threads_died"] and not summary["threads_alive"]
     stats = server.stats()
     assert stats["totals"]["rate_limited"] == 0 and stats["totals"]["invalid_nonce"] == 0
@@ -131,21 +143,18 @@ def test_server_restart_mid_run_and_client_restart(start_server, tmp_path):
     assert after["accepted"] - stats["totals"]["accepted"] == again["accepted"] > 0
 
 
-def test_sigterm_under_full_load_accounts_for_every_request(start_server, tmp_path):
+def test_sigterm_under_full_load_accounts_for_every_request(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     client = client_process(server, tmp_path, "--load", "saturate")
     wait_for(lambda: server.stats()["totals"]["accepted"] >= 150)
-    client.send_signal(signal.SIGTERM)
-    out, _ = client.communicate(timeout=30)
-    assert client.returncode == 0, out
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = stop_client(client, tmp_path)
     records = [json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines()]
     assert summary["created"] == summary["accepted"] + len(records)
     assert summary["identity_holds"] and summary["accepted"] == server.stats()["totals"]["accepted"]
     assert {r["reason"] for r in records} == {"shutdown"} and len(records) > 0
 
 
-def test_sigkill_leaves_a_valid_graveyard_file(start_server, tmp_path):
+def test_sigkill_leaves_a_valid_graveyard_file(start_server, client_process, tmp_path):
     # Every answer fails, so requests are buried steadily while the process is killed.
     server = start_server("--max-latency-ms", "0", "--fail-rate", "1.0")
     client = client_process(server, tmp_path, "--load", "saturate", "--max-retries", "0")

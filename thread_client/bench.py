@@ -25,6 +25,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from .config import DEFAULT_KEYS
+from .plots import new_figure, save_figure
 from .server_process import SERVER_SCRIPT, ServerProcess
 
 __all__ = ["BenchRow", "main"]
@@ -241,12 +242,7 @@ def verdicts(row: BenchRow) -> list[str]:
 
 
 def plot(rows: list[BenchRow], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(9, 4.5))
+    figure, axes = new_figure(9, 4.5)
     for row in rows:
         axes.plot(range(1, len(row.per_second) + 1), row.per_second, label=f"{row.mode} ({row.accepted_per_s:.1f}/s)")
     nominal = rows[0].keys * RATE
@@ -258,11 +254,7 @@ def plot(rows: list[BenchRow], path: Path) -> None:
     axes.set_title(f"thread_client against the reference server, {rows[0].keys} keys")
     axes.set_ylim(0, nominal * 1.15)
     axes.legend(loc="lower right")
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, axes, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,11 @@ from .producer import LOADS
 __all__ = ["build_config", "main"]
 
 PROG = "thread_client"
+# Options whose value goes into the Config field of the same name unchanged.
+_SAME_AS_CONFIG = (
+    "url", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
+    "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "metrics_port",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,26 +72,12 @@ def build_config(argv: list[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     try:
         return Config(
-            url=args.url,
             keys=load_keys(args.keys_file),
-            rate=args.rate,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
             http_timeout=args.http_timeout_ms / 1000,
-            max_retries=args.max_retries,
-            queue_size=args.queue_size,
-            threads_per_key=args.threads_per_key,
-            load=args.load,
-            duration=args.duration,
-            metrics_interval=args.metrics_interval,
-            log_level=args.log_level,
-            log_file=args.log_file,
-            log_max_bytes=args.log_max_bytes,
-            log_backups=args.log_backups,
-            graveyard=args.graveyard,
-            summary_json=args.summary_json,
-            metrics_port=args.metrics_port,
+            **{name: getattr(args, name) for name in _SAME_AS_CONFIG},
         )
     except ConfigError as exc:
         parser.error(str(exc))

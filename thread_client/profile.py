@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from .plots import new_figure, save_figure
 from .server_process import SERVER_SCRIPT, ServerProcess
 
 __all__ = ["main", "read_mprof"]
@@ -34,22 +35,13 @@ def read_mprof(path: Path) -> list[tuple[float, float]]:
 
 
 def _plot(series: list[tuple[float, float]], ylabel: str, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(9, 4))
+    figure, axes = new_figure()
     axes.plot([t for t, _ in series], [v for _, v in series], linewidth=1.2)
     axes.set_xlabel("seconds since start")
     axes.set_ylabel(ylabel)
     axes.set_ylim(bottom=0)
     axes.set_title(title)
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, axes, path)
 
 
 def main(argv: list[str] | None = None) -> int:
