@@ -72,3 +72,11 @@ def test_log_file_rotates_and_per_request_lines_need_debug(fast_server, tmp_path
     result, summary = run_client(fast_server, quiet, "--duration", "2", "--log-file", str(quiet / "client.log"))
     text = (quiet / "client.log").read_text()
     assert summary["accepted"] > 0 and " nonce " not in text and "accepted" in text  # metrics block, no per-request lines
+
+
+def test_soak_slope_is_a_least_squares_fit():
+    from thread_client.soak import slope_per_minute
+
+    assert slope_per_minute([(0, 100), (60, 110), (120, 120)]) == pytest.approx(10)
+    assert slope_per_minute([(0, 5), (30, 5)]) == 0
+    assert slope_per_minute([(0, 5)]) == 0

@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     slope = slope_per_minute(second_half)
     print(f"soak: accepted {summary['accepted']} ({summary['accepted_per_s']:.1f}/s), identity "
           f"{'exact' if summary['identity_holds'] else 'BROKEN'}, client exit {exit_code}")
-    print(f"soak: RSS {samples[0][1] / 1024:.1f} MiB at start, {samples[-1][1] / 1024:.1f} MiB at the end; "
-          f"slope over the second half {slope:+.1f} KiB/min (target < {TARGET_KIB_PER_MIN:g})")
+    low, high = min(v for _, v in second_half), max(v for _, v in second_half)
+    print(f"soak: RSS over the second half {low:.0f}-{high:.0f} KiB ({len(second_half)} samples), "
+          f"{samples[-1][1] / 1024:.1f} MiB at the end; slope {slope:+.2f} KiB/min (target < {TARGET_KIB_PER_MIN:g})")
     ok = slope < TARGET_KIB_PER_MIN and summary["identity_holds"] and exit_code == 0
     return 0 if ok else 1
 
