@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -82,3 +83,21 @@ def test_help_and_a_bad_run_from_the_shell():
     )
     assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "thread_client: error: --queue-size must be positive, got 0"
+
+
+def test_unusable_paths_and_ports_exit_2_with_nothing_started(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, message in [
+            (["--metrics-port", str(port)], f"cannot serve metrics on port {port}"),
+            (["--graveyard", str(tmp_path / "missing" / "g.jsonl")], "No such file or directory"),
+            (["--log-file", str(tmp_path / "missing" / "c.log")], "No such file or directory"),
+        ]:
+            result = subprocess.run([sys.executable, "-m", "thread_client", "--graveyard", str(tmp_path / "g.jsonl"), *args],
+                                    capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)
+            assert result.returncode == 2, result.stderr
+            assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+            assert "Traceback" not in result.stderr and "started" not in result.stdout

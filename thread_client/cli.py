@@ -105,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _configure_logging(config)
         daemon = Daemon(config)
+        daemon.start()
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -9,6 +9,7 @@ from types import TracebackType
 from .api_key import ApiKey, mask
 from .clock import Clock, monotonic
 from .config import Config
+from .errors import ConfigError
 from .graveyard import Graveyard
 from .metrics import Metrics
 from .nonce import NonceGenerator
@@ -100,12 +101,16 @@ class Daemon:
 
     def start(self) -> None:
         """Start every thread. The keys are held back one window first: a previous run of the
-        client may have left stamps in the server's rings."""
+        client may have left stamps in the server's rings. Raises ConfigError, with nothing
+        started, if the metrics port cannot be served."""
         for key in self.keys:
             key.limiter.hold(self.config.window)
         self._started_at = self._clock()
         if self.config.metrics_port is not None:
-            self.metrics_server = MetricsServer(self, self.config.metrics_port)
+            try:
+                self.metrics_server = MetricsServer(self, self.config.metrics_port)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on port {self.config.metrics_port}: {exc.strerror}") from exc
             log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
@@ -122,7 +127,8 @@ class Daemon:
 
     def run(self) -> Summary:
         """Run until stopped (or for ``config.duration`` seconds if set) and return the summary."""
-        self.start()
+        if self._started_at is None:
+            self.start()
         finished = self._stop_requested.wait(self.config.duration or None)
         if not finished:
             self.request_stop("duration reached")
