@@ -20,16 +20,15 @@ class Graveyard:
     Each record is written with one ``os.write`` on an ``O_APPEND`` descriptor as
     soon as the request is buried, so records of different threads never
     interleave and a crash (even SIGKILL) leaves no torn line. Memory stays
-    bounded: only counts by reason and the last few records are kept.
+    bounded: only the counts by reason are kept, the file is the record.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None, recent: int = 20) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = Path(path) if path else None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if self.path else None
-        # Guards the counts and the recent records; the file write happens outside it.
+        # Guards the counts; the file write happens outside it.
         self._lock = threading.Lock()
         self._by_reason: collections.Counter[str] = collections.Counter()
-        self._recent: collections.deque[dict] = collections.deque(maxlen=recent)
 
     def __repr__(self) -> str:
         return f"<Graveyard {self.path} buried={len(self)}>"
@@ -51,15 +50,10 @@ class Graveyard:
             os.write(self._fd, (json.dumps(record) + "\n").encode())
         with self._lock:
             self._by_reason[reason.split(":")[0]] += 1
-            self._recent.append(record)
 
     def by_reason(self) -> dict[str, int]:
         with self._lock:
             return dict(self._by_reason)
-
-    def recent(self) -> list[dict]:
-        with self._lock:
-            return list(self._recent)
 
     def close(self) -> None:
         """Close the file; idempotent. Burying after close only counts."""

@@ -22,14 +22,14 @@ def format_report(snapshot: MetricsSnapshot, previous: MetricsSnapshot | None, q
     else:
         recent = snapshot.throughput
     e2e, attempt = snapshot.end_to_end, snapshot.attempt
-    refusals = {k: v for k, v in snapshot.outcomes.items() if k != "accepted" and v}
-    per_key = "  ".join(f"{key}={counts_.get('accepted', 0)}" for key, counts_ in sorted(snapshot.per_key.items()))
+    not_accepted = ", ".join(f"{name} {n}" for name, n in sorted(snapshot.outcomes.items()) if name != "accepted" and n)
+    per_key = "  ".join(f"{key}={outcomes.get('accepted', 0)}" for key, outcomes in sorted(snapshot.per_key.items()))
     return "\n".join(
         [
             f"[{snapshot.elapsed:8.1f}s] accepted {snapshot.accepted}  {snapshot.throughput:.1f}/s overall"
             f"  {recent:.1f}/s last interval  created {counts.created}",
             f"  failed {snapshot.failed}  retried {snapshot.retried}  expired {snapshot.expired}"
-            f"  graveyard {counts.graveyard}  {refusals or ''}",
+            f"  graveyard {counts.graveyard}" + (f"  ({not_accepted})" if not_accepted else ""),
             f"  end-to-end ms avg {e2e.avg:.1f} p50 {e2e.p50:.1f} p95 {e2e.p95:.1f} p99 {e2e.p99:.1f}"
             f"  | attempt ms avg {attempt.avg:.1f} p50 {attempt.p50:.1f} p95 {attempt.p95:.1f} p99 {attempt.p99:.1f}",
             f"  queues main {counts.main_queue} dlq {counts.dlq} in flight {counts.in_flight}  per key: {per_key}",
