@@ -22,7 +22,7 @@ class FlakyTransport:
     def __init__(self) -> None:
         self.calls = 0
 
-    def send(self, api_key: str, nonce: int, req_id: int) -> Answer:
+    def send(self, nonce: int, req_id: int) -> Answer:
         self.calls += 1
         if self.calls == 1:
             raise RuntimeError("bug in the transport")

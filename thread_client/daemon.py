@@ -67,7 +67,7 @@ class Daemon:
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
         self.workers = [
             Worker(
-                key, self.queues, self.metrics, Transport(config.url, config.http_timeout), self._stop_workers,
+                key, self.queues, self.metrics, Transport(config.url, key.secret, config.http_timeout), self._stop_workers,
                 index=index, on_key_retired=self._on_key_retired, clock=clock,
             )
             for key in self.keys

@@ -22,7 +22,7 @@ class Answer:
 
 
 class Transport:
-    """Sends ``GET /api/request`` over one persistent ``http.client`` connection.
+    """Sends ``GET /api/request`` for one API key over one persistent ``http.client`` connection.
 
     The stdlib connection is the layer urllib3 and requests are built on; used
     directly it costs the least CPU per call (see the README's transport note).
@@ -31,16 +31,15 @@ class Transport:
     thread-safe by design: each worker has its own.
     """
 
-    def __init__(self, base_url: str, timeout: float = 1.0) -> None:
+    def __init__(self, base_url: str, api_key: str, timeout: float = 1.0) -> None:
         url = urlsplit(base_url)
-        self._path = url.path.rstrip("/") + "/api/request"
+        self._prefix = f"{url.path.rstrip('/')}/api/request?api_key={quote(api_key)}&nonce="
         self._connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=timeout)
 
-    def send(self, api_key: str, nonce: int, req_id: int) -> Answer:
+    def send(self, nonce: int, req_id: int) -> Answer:
         """One attempt; raises TransportError when no answer came."""
-        url = f"{self._path}?api_key={quote(api_key)}&nonce={nonce}&req_id={req_id}"
         try:
-            self._connection.request("GET", url)
+            self._connection.request("GET", f"{self._prefix}{nonce}&req_id={req_id}")
             response = self._connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:

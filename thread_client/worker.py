@@ -87,7 +87,7 @@ class Worker(ManagedThread):
 
         sent_at = self._clock()
         try:
-            answer = self._transport.send(self.key.secret, permit.nonce, request.req_id)
+            answer = self._transport.send(permit.nonce, request.req_id)
         except TransportError as exc:
             finished_at = self._clock()
             if exc.kind == "refused":
