@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -11,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from thread_client.client_process import client_command, read_summary  # noqa: E402
 from thread_client.config import DEFAULT_KEYS as KEYS  # noqa: E402
 from thread_client.server_process import ServerProcess  # noqa: E402
 
@@ -54,3 +57,53 @@ def start_server() -> Iterator[Callable[..., ServerProcess]]:
 def fast_server(start_server: Callable[..., ServerProcess]) -> ServerProcess:
     """A reference server with 0-2 ms latencies, seeded, for quick deterministic tests."""
     return start_server("--max-latency-ms", "2", "--seed", "1")
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait until ``condition()`` holds, polling, bounded by ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def run_client(server: ServerProcess, workdir: Path, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run the client to its end against ``server``; returns the finished process and its summary."""
+    command = client_command(server.url, workdir, "--metrics-interval", "1", *args)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return result, read_summary(workdir)
+
+
+def assert_clean_run(summary: dict, server_stats: dict) -> None:
+    """Nothing lost, every thread joined, no strike, nonces within bounds, and the server agrees."""
+    totals = server_stats["totals"]
+    assert summary["identity_holds"]
+    assert summary["created"] == (
+        summary["accepted"] + summary["graveyard"] + summary["main_queue"] + summary["dlq"] + summary["in_flight"]
+    )
+    assert summary["main_queue"] == summary["dlq"] == summary["in_flight"] == 0
+    assert summary["threads_died"] == [] and summary["threads_alive"] == []
+    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    assert totals["invalid_nonce"] * 1000 <= max(totals["accepted"], 1000)
+    assert totals["accepted"] == summary["accepted"] > 0
+
+
+@pytest.fixture
+def client_process() -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start client daemons in the background; any still running after the test is killed."""
+    started: list[subprocess.Popen] = []
+
+    def start(server: ServerProcess, workdir: Path, *args: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            client_command(server.url, workdir, "--metrics-interval", "1", *args),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

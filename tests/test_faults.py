@@ -4,50 +4,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import KEYS, ROOT
-from test_daemon import assert_clean_run, run_client
+from conftest import KEYS, assert_clean_run, read_summary, run_client, wait_for
+from thread_client.client_process import GRAVEYARD_FILE
 from thread_client.api_key import mask
 
 FAULT_FLAGS = ["--fail-rate", "--garbage-rate", "--drop-rate", "--stall-rate"]
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    """Wait until ``condition()`` holds, bounded by ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def client_process():
-    """Start client daemons in the background; any still running after the test is killed."""
-    started: list[subprocess.Popen] = []
-
-    def start(server, tmp_path, *args: str) -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "thread_client", "--url", server.url, "--summary-json", str(tmp_path / "summary.json"),
-             "--graveyard", str(tmp_path / "graveyard.jsonl"), "--metrics-interval", "1", *args],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 def stop_client(client: subprocess.Popen, tmp_path) -> dict:
@@ -55,7 +22,7 @@ def stop_client(client: subprocess.Popen, tmp_path) -> dict:
     client.send_signal(signal.SIGTERM)
     out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
-    return json.loads((tmp_path / "summary.json").read_text())
+    return read_summary(tmp_path)
 
 
 @pytest.mark.parametrize("flag", FAULT_FLAGS)
@@ -147,7 +114,7 @@ def test_sigterm_under_full_load_accounts_for_every_request(start_server, client
     client = client_process(server, tmp_path, "--load", "saturate")
     wait_for(lambda: server.stats()["totals"]["accepted"] >= 150)
     summary = stop_client(client, tmp_path)
-    records = [json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / GRAVEYARD_FILE).read_text().splitlines()]
     assert summary["created"] == summary["accepted"] + len(records)
     assert summary["identity_holds"] and summary["accepted"] == server.stats()["totals"]["accepted"]
     assert {r["reason"] for r in records} == {"shutdown"} and len(records) > 0
@@ -157,7 +124,7 @@ def test_sigkill_leaves_a_valid_graveyard_file(start_server, client_process, tmp
     # Every answer fails, so requests are buried steadily while the process is killed.
     server = start_server("--max-latency-ms", "0", "--fail-rate", "1.0")
     client = client_process(server, tmp_path, "--load", "saturate", "--max-retries", "0")
-    graveyard = tmp_path / "graveyard.jsonl"
+    graveyard = tmp_path / GRAVEYARD_FILE
     wait_for(lambda: graveyard.exists() and graveyard.stat().st_size > 20_000)
     client.kill()
     client.communicate(timeout=30)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import run_client, wait_for
 from thread_client.bench import bench_keys, format_table, window_percentile
 from thread_client.config import DEFAULT_KEYS, Config
 from thread_client.daemon import Daemon
@@ -17,9 +17,7 @@ def test_metrics_endpoint_is_scraped_during_a_run(fast_server, tmp_path):
     config = Config(url=fast_server.url, graveyard=str(tmp_path / "g.jsonl"), metrics_port=0, load="saturate")
     with Daemon(config) as daemon:
         port = daemon.metrics_server.port
-        deadline = time.monotonic() + 30
-        while daemon.queues.counts().accepted < 50 and time.monotonic() < deadline:
-            time.sleep(0.05)  # waiting for a condition, bounded by the deadline
+        wait_for(lambda: daemon.queues.counts().accepted >= 50)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             text = answer.read().decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
@@ -56,8 +54,6 @@ def test_bench_keys_are_deterministic_and_distinct():
 
 
 def test_log_file_rotates_and_per_request_lines_need_debug(fast_server, tmp_path):
-    from test_daemon import run_client
-
     log = tmp_path / "client.log"
     result, _ = run_client(fast_server, tmp_path, "--duration", "2", "--log-level", "DEBUG", "--log-file", str(log),
                            "--log-max-bytes", "4000", "--log-backups", "2")

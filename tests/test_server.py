@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from conftest import KEY, KEYS, ROOT, FakeClock
+from conftest import KEY, KEYS, ROOT
 from original_server import MSG_BLOCKED, MSG_INVALID_NONCE, MSG_RATE_LIMITED, ExchangeState
 
 SERVER = str(ROOT / "original_server.py")

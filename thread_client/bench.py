@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from .client_process import SUMMARY_FILE, client_command, read_summary
 from .config import DEFAULT_KEYS
 from .plots import new_figure, save_figure
 from .server_process import SERVER_SCRIPT, ServerProcess
@@ -113,18 +114,17 @@ def window_percentile(before: list[tuple[float, float]], after: list[tuple[float
 def run_mode(mode: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str]) -> BenchRow:
     keys_file = workdir / "keys.txt"
     keys_file.write_text("\n".join(keys) + "\n")
+    run_dir = workdir / mode
+    run_dir.mkdir()
     with ServerProcess("--keys-file", str(keys_file)) as server:
         port = free_port()
-        summary_path = workdir / f"summary-{mode}.json"
-        command = [
-            sys.executable, "-m", "thread_client", "--url", server.url, "--keys-file", str(keys_file),
-            "--load", mode, "--duration", str(warmup + seconds + 1), "--metrics-port", str(port),
-            "--log-level", "WARNING", "--graveyard", str(workdir / f"graveyard-{mode}.jsonl"),
-            "--summary-json", str(summary_path), *extra,
-        ]
+        command = client_command(
+            server.url, run_dir, "--keys-file", str(keys_file), "--load", mode,
+            "--duration", str(warmup + seconds + 1), "--metrics-port", str(port), "--log-level", "WARNING", *extra,
+        )
         client = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
         try:
-            return _measure(mode, keys, seconds, warmup, server, client, port, summary_path)
+            return _measure(mode, keys, seconds, warmup, server, client, port, run_dir)
         finally:
             if client.poll() is None:
                 client.kill()
@@ -133,7 +133,7 @@ def run_mode(mode: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
 
 def _measure(
     mode: str, keys: tuple[str, ...], seconds: float, warmup: float, server: ServerProcess,
-    client: subprocess.Popen, port: int, summary_path: Path,
+    client: subprocess.Popen, port: int, run_dir: Path,
 ) -> BenchRow:
     started = time.monotonic()
     process = psutil.Process(client.pid)
@@ -152,7 +152,7 @@ def _measure(
     stats1, metrics1, cpu1 = server.stats(), scrape(port), process.cpu_times()
     elapsed = time.monotonic() - window_start
     exit_code = client.wait(timeout=warmup + seconds + 60)
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
 
     def server_delta(name: str) -> int:
         return stats1["totals"][name] - stats0["totals"][name]

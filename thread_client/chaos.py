@@ -7,13 +7,13 @@ running, or a key got blocked (which only the client's own doing could cause).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from .client_process import GRAVEYARD_FILE, client_command, read_summary
 from .server_process import SERVER_SCRIPT, ServerProcess
 
 __all__ = ["main"]
@@ -41,15 +41,13 @@ def main(argv: list[str] | None = None) -> int:
                            "--stall-rate", str(args.stall_rate), "--retry-after", "0.5")
     server_totals: dict[str, int] = {}
     blocked_at_server: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as workdir, server:
-        summary_path = Path(workdir) / "summary.json"
-        graveyard_path = Path(workdir) / "graveyard.jsonl"
+    with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as tmp, server:
+        workdir = Path(tmp)
         print(f"chaos: {args.seconds:g} s of the exercise load, faults at {rate} (stalls {args.stall_rate}), "
               f"server restart at {args.restart_at:g} s", flush=True)
         client = subprocess.Popen(
-            [sys.executable, "-m", "thread_client", "--url", server.url, "--duration", str(args.seconds),
-             "--summary-json", str(summary_path), "--graveyard", str(graveyard_path), "--log-level", "WARNING",
-             "--metrics-interval", "10"],
+            client_command(server.url, workdir, "--duration", str(args.seconds), "--log-level", "WARNING",
+                           "--metrics-interval", "10"),
             cwd=ROOT,
         )
         started = time.monotonic()
@@ -67,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = server.stats()
         add_totals(server_totals, stats)
         blocked_at_server |= {k for k, v in stats["keys"].items() if v["is_blocked"]}
-        summary = json.loads(summary_path.read_text())
-        graveyard_lines = len(graveyard_path.read_text().splitlines())
+        summary = read_summary(workdir)
+        graveyard_lines = len((workdir / GRAVEYARD_FILE).read_text().splitlines())
 
     print("\n  client summary                      | server stats (both runs)")
     client_rows = [(name, summary[name]) for name in

@@ -63,7 +63,7 @@ class Daemon:
             )
             for secret in config.keys
         ]
-        self.producer = Producer(self.queues, self._stop_producer, load=config.load, ttl=config.ttl, clock=clock)
+        self.producer = Producer(self.queues, self._stop_producer, load=config.load, clock=clock)
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
         self.workers = [
             Worker(

@@ -28,7 +28,6 @@ class Producer(ManagedThread):
         stop: threading.Event,
         *,
         load: str = "exercise",
-        ttl: float = 1.0,
         rng: random.Random | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -38,7 +37,6 @@ class Producer(ManagedThread):
         self._queues = queues
         self._stopping = stop
         self._load = load
-        self._ttl = ttl
         self._rng = rng or random.Random()
         self._clock = clock
 
@@ -47,7 +45,7 @@ class Producer(ManagedThread):
             if self._stopping.is_set():
                 return
             now = self._clock()
-            if not self._queues.submit(Request(req_id, now, now + self._ttl), self._stopping):
+            if not self._queues.submit(Request(req_id, now, now + self._queues.ttl), self._stopping):
                 return
             if self._load == "exercise":
                 self._stopping.wait(self._rng.randint(0, _EXERCISE_MAX_GAP_MS) / 1000)

@@ -7,7 +7,6 @@ CPU percentage of the same process is sampled with psutil alongside.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from .client_process import client_command, read_summary
 from .plots import new_figure, save_figure
 from .server_process import SERVER_SCRIPT, ServerProcess
 
@@ -52,13 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--img", default=str(ROOT / "img"), help="where the pictures go (default img/)")
     args = parser.parse_args(argv)
     mprof = Path(sys.executable).with_name("mprof")
-    with tempfile.TemporaryDirectory(prefix="thread-client-profile-") as workdir, ServerProcess() as server:
-        data = Path(workdir) / "mprofile.dat"
-        summary_path = Path(workdir) / "summary.json"
+    with tempfile.TemporaryDirectory(prefix="thread-client-profile-") as tmp, ServerProcess() as server:
+        workdir = Path(tmp)
+        data = workdir / "mprofile.dat"
+        client_args = ("--duration", str(args.seconds), "--load", args.load, "--log-level", "WARNING")
         runner = subprocess.Popen(
-            [str(mprof), "run", "--interval", "0.5", "--output", str(data), sys.executable, "-m", "thread_client",
-             "--url", server.url, "--duration", str(args.seconds), "--load", args.load, "--log-level", "WARNING",
-             "--summary-json", str(summary_path), "--graveyard", str(Path(workdir) / "graveyard.jsonl")],
+            [str(mprof), "run", "--interval", "0.5", "--output", str(data),
+             *client_command(server.url, workdir, *client_args)],
             cwd=ROOT, stdout=subprocess.DEVNULL,
         )
         print(f"profile: {args.seconds:g} s of the {args.load} load under mprof", flush=True)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
         runner.wait()
         memory = read_mprof(data)
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(workdir)
     rate = summary["accepted_per_s"]
     img = Path(args.img)
     _plot(memory, "RSS (MiB)", f"thread_client memory, {args.load} load, {rate:.1f} accepted/s (mprof)",

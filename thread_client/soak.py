@@ -8,7 +8,6 @@ second half of the run (after start-up allocations settle) should stay under
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from .client_process import client_command, read_summary
 from .server_process import SERVER_SCRIPT, ServerProcess
 
 __all__ = ["main", "slope_per_minute"]
@@ -48,11 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds < 4 * args.every:
         parser.error("--seconds must cover at least four samples")
     with tempfile.TemporaryDirectory(prefix="thread-client-soak-") as workdir, ServerProcess() as server:
-        summary_path = Path(workdir) / "summary.json"
         client = subprocess.Popen(
-            [sys.executable, "-m", "thread_client", "--url", server.url, "--duration", str(args.seconds),
-             "--log-level", "WARNING", "--summary-json", str(summary_path),
-             "--graveyard", str(Path(workdir) / "graveyard.jsonl")],
+            client_command(server.url, Path(workdir), "--duration", str(args.seconds), "--log-level", "WARNING"),
             cwd=ROOT, stdout=subprocess.DEVNULL,
         )
         process = psutil.Process(client.pid)
@@ -71,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {elapsed:7.0f} s  RSS {rss_kib / 1024:6.1f} MiB", flush=True)
             time.sleep(args.every)
         exit_code = client.wait()
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(Path(workdir))
     second_half = [s for s in samples if s[0] >= args.seconds / 2]
     slope = slope_per_minute(second_half)
     print(f"soak: accepted {summary['accepted']} ({summary['accepted_per_s']:.1f}/s), identity "

@@ -51,7 +51,9 @@ class Transport:
         except (OSError, http.client.HTTPException) as exc:
             self._connection.close()
             raise TransportError("connection", f"{type(exc).__name__}: {exc}") from exc
-        return Answer(response.status, body, _retry_after(response.getheader("Retry-After")))
+        # Retry-After only matters for a failure: no header lookup on the common 200 path.
+        retry_after = None if response.status == 200 else _retry_after(response.getheader("Retry-After"))
+        return Answer(response.status, body, retry_after)
 
     def close(self) -> None:
         self._connection.close()
