@@ -14,16 +14,17 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test bench chaos soak profile diagrams
+.PHONY: help setup run-server stop-server run-client run test test-unit bench chaos soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
 setup: $(STAMP)  ## create or refresh .venv from requirements.txt
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
 run-server: setup  ## start the reference server in the background on $(HOST):$(PORT)
@@ -44,36 +45,39 @@ stop-server:  ## stop the background reference server
 		echo "server stopped"; else echo "no server running"; fi; rm -f $(SERVER_PID)
 
 run-client: setup  ## run the client in the foreground against $(HOST):$(PORT) (Ctrl-C stops it)
-	$(PY) -m thread_client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
+	$(VENV)/bin/thread-client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
 
 run: setup  ## start the server, run the client until Ctrl-C, stop the server
 	@$(MAKE) --no-print-directory run-server
 	@trap '$(MAKE) --no-print-directory stop-server' EXIT; \
-	$(PY) -m thread_client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
+	$(VENV)/bin/thread-client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
 
 BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
 bench: setup  ## saturate + exercise runs against a fresh server; prints the table, writes $(BENCH_JSON) and img/bench.png
-	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m thread_client.bench
+	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 60
 
 chaos: setup  ## faults at low rates plus a server restart under the exercise load; fails on any broken invariant
-	$(PY) -m thread_client.chaos --seconds $(CHAOS_SECONDS)
+	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600
 PROFILE_SECONDS ?= 60
 
 soak: setup  ## long exercise run; prints the client's RSS slope over the second half (target < 50 KiB/min)
-	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m thread_client.soak
+	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m tools.soak
 
 profile: setup  ## mprof run of the client; writes img/profile_memory.png and img/profile_cpu.png
-	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m thread_client.profile
+	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m tools.profile_run
 
-diagrams:  ## render img/lifecycle.png from img/lifecycle.puml (needs plantuml: apt-get install plantuml)
-	plantuml -tpng img/lifecycle.puml
+diagrams:  ## render img/*.png from their PlantUML sources (needs plantuml: apt-get install plantuml)
+	plantuml -tpng img/lifecycle.puml img/architecture.puml
 
-test: setup  ## run the test suite
+test: setup  ## the whole suite: unit tests, then integration tests against the reference server
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup  ## only tests/unit: no server, no sleeping (under 20 s)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from thread_client.client_process import client_command, read_summary  # noqa: E402
-from thread_client.config import DEFAULT_KEYS as KEYS  # noqa: E402
-from thread_client.server_process import ServerProcess  # noqa: E402
+from thread_client.config import DEFAULT_KEYS as KEYS
+from tools.harness.client_process import client_command, read_summary
+from tools.harness.server_process import REPO_ROOT as ROOT, ServerProcess
 
 KEY = KEYS[0]
 
@@ -66,6 +63,15 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.05)
+
+
+def scrape_text(port: int) -> str:
+    """A running client's Prometheus page; empty while it does not answer yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return answer.read().decode()
+    except OSError:
+        return ""
 
 
 def run_client(server: ServerProcess, workdir: Path, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:

@@ -3,7 +3,9 @@ rate-limited exchange as fast as the limits allow, without tripping them or losi
 
 from .config import Config
 from .daemon import Daemon
-from .rate_limiter import ThreadSafeRateLimiter
+from .limits.keys import KeyPool
+from .limits.limiter import ThreadSafeRateLimiter
+from .policy.retry import RetryPolicy
 
-__all__ = ["Config", "Daemon", "ThreadSafeRateLimiter"]
-__version__ = "0.1.0"
+__all__ = ["Config", "Daemon", "KeyPool", "RetryPolicy", "ThreadSafeRateLimiter"]
+__version__ = "0.2.0"

@@ -1,4 +1,4 @@
-"""Command line: ``python -m thread_client [options]``."""
+"""Command line: ``thread-client [options]`` (or ``python -m thread_client``): parse, build the parts, run."""
 
 from __future__ import annotations
 
@@ -9,14 +9,19 @@ import signal
 import sys
 from types import FrameType
 
+from .clock import Clock, monotonic
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, load_keys
 from .daemon import Daemon
 from .errors import ConfigError
-from .producer import LOADS
+from .io.graveyard import Graveyard
+from .io.sources import LOADS, SyntheticSource
+from .io.transport import Transport
+from .limits.keys import KeyPool
+from .policy.retry import RetryPolicy
 
-__all__ = ["build_config", "main"]
+__all__ = ["build_config", "build_daemon", "main"]
 
-PROG = "thread_client"
+PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
     "url", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
@@ -84,6 +89,24 @@ def build_config(argv: list[str] | None = None) -> Config:
         raise  # unreachable: error() exits
 
 
+def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
+    """The daemon with today's parts: the synthetic load, the graveyard file, this process's own
+    keys, one ``http.client`` connection per worker. Raises OSError if the graveyard cannot be opened."""
+    keys = KeyPool.local(
+        config.keys, rate=config.rate, window=config.window, order_latency=config.order_latency,
+        unanswered_hold=config.http_timeout, clock=clock,
+    )
+    return Daemon(
+        config,
+        source=SyntheticSource(config.load),
+        graveyard=Graveyard(config.graveyard),
+        keys=keys,
+        transports=lambda key: Transport(config.url, key.secret, config.http_timeout),
+        policy=RetryPolicy(max_retries=config.max_retries),
+        clock=clock,
+    )
+
+
 def _configure_logging(config: Config) -> None:
     formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(threadName)s %(message)s")
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
@@ -104,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     config = build_config(argv)
     try:
         _configure_logging(config)
-        daemon = Daemon(config)
+        daemon = build_daemon(config)
         daemon.start()
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror}: {exc.filename}", file=sys.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .producer import LOADS
+from .io.sources import LOADS
 
 __all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_URL", "KEYS_ENV", "load_keys"]
 

@@ -1,44 +1,63 @@
-"""The daemon: builds every part from a Config, starts every thread, and shuts down in order."""
+"""The daemon: wires the parts it is given, starts every thread, and shuts down in order."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from types import TracebackType
+from typing import Callable, Sequence
 
-from .api_key import ApiKey, mask
 from .clock import Clock, monotonic
 from .config import Config
 from .errors import ConfigError
-from .graveyard import Graveyard
-from .metrics import Metrics
-from .nonce import NonceGenerator
-from .producer import Producer
-from .prometheus import MetricsServer
-from .queue_manager import QueueManager
-from .rate_limiter import ThreadSafeRateLimiter
-from .reporting import MetricsReporter, QueueMonitor
-from .requeue import Requeuer
-from .summary import Summary
+from .flow.producer import Producer, RequestSource
+from .flow.queues import QueueManager
+from .flow.requeue import Requeuer
+from .flow.worker import Worker
+from .io.graveyard import Graveyard
+from .io.transport import Transport
+from .limits.keys import ApiKey, KeyPool
+from .observe.metrics import Metrics
+from .observe.prometheus import MetricsServer
+from .observe.report import MetricsReporter, QueueMonitor
+from .observe.status import DaemonStatus, KeyStatus
+from .observe.summary import Summary
+from .policy.retry import RetryPolicy
 from .threads import ManagedThread
-from .transport import Transport
-from .worker import Worker
 
-__all__ = ["Daemon"]
+__all__ = ["ALL_KEYS_BLOCKED", "Daemon", "TransportFactory"]
 
 log = logging.getLogger(__name__)
 
 ALL_KEYS_BLOCKED = "all keys blocked"
 
+#: Makes the connection one worker thread of a key sends through.
+TransportFactory = Callable[[ApiKey], Transport]
+
 
 class Daemon:
-    """Owns the queues, the keys and every thread; a context manager.
+    """Owns the queues and every thread; a context manager.
+
+    It is given its parts: where requests come from (``source``), where buried
+    requests go (``graveyard``), the keys it drives (``keys``), how a worker
+    reaches the exchange (``transports``) and the retry ``policy``. The command
+    line builds today's defaults; a test or another deployment passes others.
 
     ``run()`` starts everything, waits until ``request_stop()`` (a signal, the end
     of ``duration``, or every key retired), then ``shutdown()``s.
     """
 
-    def __init__(self, config: Config, *, clock: Clock = monotonic) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        source: RequestSource,
+        graveyard: Graveyard,
+        keys: KeyPool,
+        transports: TransportFactory,
+        policy: RetryPolicy,
+        clock: Clock = monotonic,
+    ) -> None:
         self.config = config
         self._clock = clock
         self._stop_requested = threading.Event()
@@ -48,29 +67,18 @@ class Daemon:
         self._stop_requeue = threading.Event()
         self._stop_workers = threading.Event()
         self._stop_reports = threading.Event()
-        self.graveyard = Graveyard(config.graveyard)
-        self.queues = QueueManager(
-            self.graveyard, queue_size=config.queue_size, max_retries=config.max_retries, ttl=config.ttl, clock=clock
-        )
+        self.graveyard = graveyard
+        self.keys = keys
+        self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, clock=clock)
         self.metrics = Metrics(clock)
-        self.keys = [
-            ApiKey(
-                secret,
-                ThreadSafeRateLimiter(
-                    config.rate, name=mask(secret), window=config.window, order_latency=config.order_latency,
-                    unanswered_hold=config.http_timeout, nonces=NonceGenerator(), clock=clock,
-                ),
-            )
-            for secret in config.keys
-        ]
-        self.producer = Producer(self.queues, self._stop_producer, load=config.load, clock=clock)
+        self.producer = Producer(self.queues, source, self._stop_producer, clock=clock)
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
         self.workers = [
             Worker(
-                key, self.queues, self.metrics, Transport(config.url, key.secret, config.http_timeout), self._stop_workers,
+                key, self.queues, self.metrics, transports(key), policy, self._stop_workers,
                 index=index, on_key_retired=self._on_key_retired, clock=clock,
             )
-            for key in self.keys
+            for key in keys
             for index in range(config.threads_per_key)
         ]
         self.reporters: list[ManagedThread] = [
@@ -83,8 +91,7 @@ class Daemon:
         self._shutdown_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        active = sum(1 for key in self.keys if key.retired_because is None)
-        return f"<Daemon keys={active}/{len(self.keys)} {self.queues.counts().identity()}>"
+        return f"<Daemon {self.keys!r} {self.queues.counts().identity()}>"
 
     def __enter__(self) -> "Daemon":
         self.start()
@@ -103,20 +110,19 @@ class Daemon:
         """Start every thread. The keys are held back one window first: a previous run of the
         client may have left stamps in the server's rings. Raises ConfigError, with nothing
         started, if the metrics port cannot be served."""
-        for key in self.keys:
-            key.limiter.hold(self.config.window)
+        self.keys.hold_all(self.config.window)
         self._started_at = self._clock()
         if self.config.metrics_port is not None:
             try:
-                self.metrics_server = MetricsServer(self, self.config.metrics_port)
+                self.metrics_server = MetricsServer(self.status, self.config.metrics_port)
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on port {self.config.metrics_port}: {exc.strerror}") from exc
             log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(
-            "thread_client started: %d keys x %d threads against %s, load %s",
-            len(self.keys), self.config.threads_per_key, self.config.url, self.config.load,
+            "thread_client started: %d keys x %d threads against %s",
+            len(self.keys), self.config.threads_per_key, self.config.url,
         )
 
     def request_stop(self, reason: str = "stopped") -> None:
@@ -134,8 +140,21 @@ class Daemon:
             self.request_stop("duration reached")
         return self.shutdown()
 
+    def status(self, latency_bounds: Sequence[float]) -> DaemonStatus:
+        """A snapshot for readers such as the Prometheus collector; safe from any thread."""
+        keys = []
+        for key in self.keys:
+            limiter = key.limiter.state()
+            keys.append(KeyStatus(key.name, limiter.window, limiter.order_latency, key.retired_because is not None))
+        return DaemonStatus(
+            counts=self.queues.counts(),
+            metrics=self.metrics.snapshot(),
+            keys=tuple(keys),
+            histograms=self.metrics.histograms(list(latency_bounds)),
+        )
+
     def _on_key_retired(self, key: ApiKey) -> None:
-        if all(k.retired_because is not None for k in self.keys):
+        if self.keys.all_retired:
             log.error("every API key is retired (%s): nothing can be sent any more", ALL_KEYS_BLOCKED)
             self.request_stop(ALL_KEYS_BLOCKED)
 
@@ -158,8 +177,7 @@ class Daemon:
             self._stop_requeue.set()
             self._join([self.requeuer], timeout)
             self._stop_workers.set()
-            for key in self.keys:
-                key.limiter.close()
+            self.keys.close()
             self._join(self.workers, timeout)
             buried = self.queues.drain(drain_reason)
             if buried:
@@ -175,7 +193,7 @@ class Daemon:
                 metrics=self.metrics.snapshot(),
                 duration_s=self._clock() - started,
                 stop_reason=self._stop_reason,
-                retired_keys={k.name: k.retired_because for k in self.keys if k.retired_because is not None},
+                retired_keys=self.keys.retired(),
                 graveyard_by_reason=self.graveyard.by_reason(),
                 threads_died=[t.name for t in self.threads if t.failure is not None],
                 threads_alive=[t.name for t in self.threads if t.is_alive()],

@@ -1,0 +1,51 @@
+"""The daemon end to end against the real reference server at its default latencies."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from conftest import assert_clean_run, read_summary, run_client, wait_for
+from tools.harness.client_process import GRAVEYARD_FILE
+from thread_client.config import Config
+from thread_client.cli import build_daemon
+
+
+@pytest.mark.parametrize("threads_per_key", ["1", "2"])
+def test_daemon_run_against_the_reference_server(start_server, tmp_path, threads_per_key):
+    server = start_server()
+    result, summary = run_client(server, tmp_path, "--duration", "4", "--threads-per-key", threads_per_key)
+    assert result.returncode == 0, result.stderr
+    assert_clean_run(summary, server.stats())
+    assert summary["stop_reason"] == "duration reached"
+    assert "accepted" in result.stdout and "created" in result.stdout  # metrics blocks and the summary were printed
+    graveyard = (tmp_path / GRAVEYARD_FILE).read_text().splitlines()
+    assert len(graveyard) == summary["graveyard"]
+    assert all(json.loads(line)["reason"] == "shutdown" for line in graveyard)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_the_daemon_cleanly(start_server, client_process, tmp_path, sig):
+    server = start_server("--max-latency-ms", "5")
+    process = client_process(server, tmp_path)
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    process.send_signal(sig)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, out
+    summary = read_summary(tmp_path)
+    assert summary["stop_reason"] == sig.name
+    assert_clean_run(summary, server.stats())
+    assert "created" in out and "==" in out
+
+
+def test_daemon_in_process_joins_every_thread(fast_server, tmp_path):
+    config = Config(url=fast_server.url, duration=1.5, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
+                    metrics_interval=0.5)
+    daemon = build_daemon(config)
+    summary = daemon.run()
+    assert all(not thread.is_alive() for thread in daemon.threads)
+    assert summary.counts.balanced and summary.exit_code == 0
+    assert daemon.shutdown() is summary  # idempotent
+    assert fast_server.stats()["totals"]["accepted"] == summary.counts.accepted

@@ -1,0 +1,159 @@
+"""Every fault of the failure table, against the real server: handled, nothing lost, no thread dead."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
+from tools.harness.client_process import GRAVEYARD_FILE
+from thread_client.limits.keys import mask
+from tools.bench import free_port
+
+FAULT_FLAGS = ["--fail-rate", "--garbage-rate", "--drop-rate", "--stall-rate"]
+
+
+def stop_client(client: subprocess.Popen, tmp_path) -> dict:
+    """SIGTERM the client; it must exit 0. Returns its summary."""
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    return read_summary(tmp_path)
+
+
+@pytest.mark.parametrize("flag", FAULT_FLAGS)
+def test_each_fault_alone_at_ten_percent(start_server, tmp_path, flag):
+    server = start_server("--max-latency-ms", "5", flag, "0.1", "--retry-after", "0.05")
+    result, summary = run_client(server, tmp_path, "--duration", "4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    stats = server.stats()
+    assert stats["totals"][flag[2:].split("-")[0]] > 0  # the fault really happened
+    assert_clean_run(summary, stats)
+    failures = {"--fail-rate": "server_error", "--garbage-rate": "bad_answer",
+                "--drop-rate": "connection_error", "--stall-rate": "timeout"}[flag]
+    assert summary["outcomes"][failures] > 0 and summary["retries"] > 0
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_key_blocked_from_the_start_is_retired_and_the_others_carry_the_load(start_server, tmp_path):
+    server = start_server("--max-latency-ms", "5", "--block-keys", KEYS[0])
+    result, summary = run_client(server, tmp_path, "--duration", "3")
+    assert result.returncode == 0
+    assert summary["blocked_keys"] == [mask(KEYS[0])]
+    loud = [line for line in result.stdout.splitlines() if "retired" in line and "ERROR" in line]
+    assert len(loud) == 1 and mask(KEYS[0]) in loud[0] and KEYS[0] not in result.stdout
+    stats = server.stats()
+    assert stats["keys"][KEYS[0]]["accepted"] == 0 and stats["keys"][KEYS[0]]["blocked"] <= 2
+    assert all(stats["keys"][key]["accepted"] > 0 for key in KEYS[1:])
+    assert summary["identity_holds"] and summary["accepted"] == stats["totals"]["accepted"]
+
+
+def test_an_invalid_key_is_retired_by_name(start_server, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"{KEYS[1]}\nNOT-A-REAL-KEY-0000000000000000\n")
+    result, summary = run_client(server, tmp_path, "--duration", "2", "--keys-file", str(keys))
+    assert result.returncode == 0
+    assert summary["retired_keys"] == {"NOT-...0000": "invalid_key"}
+    assert summary["identity_holds"] and summary["accepted"] > 0
+
+
+def test_all_keys_blocked_buries_everything_and_exits_non_zero(start_server, tmp_path):
+    server = start_server("--max-latency-ms", "2", "--block-keys", ",".join(KEYS))
+    result, summary = run_client(server, tmp_path, "--duration", "30")
+    assert result.returncode == 3
+    assert summary["stop_reason"] == "all keys blocked" and summary["accepted"] == 0
+    assert summary["identity_holds"] and summary["graveyard"] == summary["created"] > 0
+    assert summary["graveyard_by_reason"].get("all keys blocked", 0) > 0
+    assert "every API key is retired" in result.stdout
+
+
+def test_server_down_at_start_then_up(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    port = server.port
+    server.stop()
+    metrics_port = free_port()
+    client = client_process(server, tmp_path, "--metrics-port", str(metrics_port))
+    # The client runs against a closed port until its first refused attempts show in its metrics.
+    wait_for(lambda: 'outcome="connection_error"' in scrape_text(metrics_port), timeout=15)
+    assert client.poll() is None
+    server.start()
+    assert server.port == port
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    summary = stop_client(client, tmp_path)
+    assert summary["outcomes"]["connection_error"] > 0
+    assert_clean_run(summary, server.stats())
+    # Backoff: a request's retries span ~3 s at least (0.1 + 0.2 + 0.4 + 0.8 + 1.6), so an outage
+    # this short buries nothing; retries burnt in milliseconds would have exhausted them.
+    assert not any(reason.startswith("retries exhausted") for reason in summary["graveyard_by_reason"])
+
+
+def test_server_restart_mid_run_and_client_restart(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    client = client_process(server, tmp_path)
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    server.restart()  # fresh state: rings and nonces forgotten
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 100)
+    summary = stop_client(client, tmp_path)
+    assert summary["identity_holds"] and not summary["threads_died"] and not summary["threads_alive"]
+    stats = server.stats()
+    assert stats["totals"]["rate_limited"] == 0 and stats["totals"]["invalid_nonce"] == 0
+    # A second client against the same (still running) server: its nonces start above the first's.
+    second = tmp_path / "second"
+    second.mkdir()
+    result, again = run_client(server, second, "--duration", "2")
+    assert result.returncode == 0
+    after = server.stats()["totals"]
+    assert after["invalid_nonce"] == 0 and after["rate_limited"] == 0
+    assert after["accepted"] - stats["totals"]["accepted"] == again["accepted"] > 0
+
+
+def test_sigterm_under_full_load_accounts_for_every_request(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    client = client_process(server, tmp_path, "--load", "saturate")
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 150)
+    summary = stop_client(client, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / GRAVEYARD_FILE).read_text().splitlines()]
+    assert summary["created"] == summary["accepted"] + len(records)
+    assert summary["identity_holds"] and summary["accepted"] == server.stats()["totals"]["accepted"]
+    assert {r["reason"] for r in records} == {"shutdown"} and len(records) > 0
+
+
+def test_sigkill_leaves_a_valid_graveyard_file(start_server, client_process, tmp_path):
+    # Every answer fails, so requests are buried steadily while the process is killed.
+    server = start_server("--max-latency-ms", "0", "--fail-rate", "1.0")
+    client = client_process(server, tmp_path, "--load", "saturate", "--max-retries", "0")
+    graveyard = tmp_path / GRAVEYARD_FILE
+    wait_for(lambda: graveyard.exists() and graveyard.stat().st_size > 20_000)
+    client.kill()
+    client.communicate(timeout=30)
+    text = graveyard.read_text()
+    assert text.endswith("\n")
+    records = [json.loads(line) for line in text.splitlines()]
+    assert len(records) > 100 and all(r["reason"].startswith("retries exhausted") for r in records)
+
+
+def test_server_survives_malformed_requests_without_leaking_threads(fast_server):
+    baseline = fast_server.stats()["threads"]
+    queries = [
+        "",
+        f"api_key={KEYS[0]}",
+        f"api_key={KEYS[0]}&nonce={'9' * 10_000}",
+        "api_key=%D0%BA%D0%BB%D1%8E%D1%87&nonce=%D9%A1%D9%A2",
+        f"api_key={KEYS[0]}&api_key=x&nonce=1&nonce=2",
+    ]
+    for query in queries:
+        connection = http.client.HTTPConnection("127.0.0.1", fast_server.port, timeout=5)
+        try:
+            connection.request("GET", f"/api/request?{query}")
+            answer = connection.getresponse()
+            assert json.loads(answer.read())["status"] in ("OK", "error")
+        finally:
+            connection.close()
+    # Each connection's thread ends once the client has closed it.
+    wait_for(lambda: fast_server.stats()["threads"] <= baseline, timeout=10)

@@ -1,0 +1,103 @@
+"""Bad command lines and key sources: one clear line on stderr, exit code 2, nothing started."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import KEYS, ROOT
+from thread_client.cli import build_config
+from thread_client.config import KEYS_ENV, load_keys
+from thread_client.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--bogus"], "unrecognized arguments"),
+        (["--rate", "0"], "--rate must be positive"),
+        (["--rate", "-3"], "--rate must be positive"),
+        (["--ttl-ms", "0"], "--ttl must be positive"),
+        (["--queue-size", "0"], "--queue-size must be positive"),
+        (["--threads-per-key", "0"], "--threads-per-key must be positive"),
+        (["--max-retries", "-1"], "--max-retries must not be negative"),
+        (["--duration", "-5"], "--duration must not be negative"),
+        (["--rate", "fast"], "invalid int value"),
+        (["--url", "localhost:9999"], "--url must look like"),
+        (["--url", "http://127.0.0.1:99999"], "invalid port"),
+        (["--url", "ftp://127.0.0.1"], "--url must look like"),
+        (["--load", "crazy"], "invalid choice"),
+        (["--metrics-port", "70000"], "--metrics-port"),
+        (["--keys-file", "/nonexistent/keys.txt"], "cannot read keys file /nonexistent/keys.txt"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_config(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_keys_file_rules(tmp_path):
+    good = tmp_path / "keys.txt"
+    good.write_text(f"# production keys\n{KEYS[0]}\n\n  {KEYS[1]}  \n")
+    assert load_keys(str(good)) == KEYS[:2]
+    for name, text, message in [
+        ("empty.txt", "", "holds no keys"),
+        ("blank.txt", "\n\n# only comments\n", "holds no keys"),
+        ("dupes.txt", f"{KEYS[0]}\n{KEYS[0]}\n", "lists a key twice"),
+        ("spaces.txt", "two words\n", "white space"),
+    ]:
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message) as raised:
+            load_keys(str(path))
+        assert KEYS[0] not in str(raised.value)
+
+
+def test_unreadable_keys_file(tmp_path):
+    path = tmp_path / "secret.txt"
+    path.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match="cannot read keys file"):
+        load_keys(str(path))
+    with pytest.raises(ConfigError, match="cannot read keys file"):
+        load_keys(str(tmp_path))  # a directory
+
+
+def test_keys_from_the_environment():
+    assert load_keys(None, {KEYS_ENV: f"{KEYS[0]}, {KEYS[1]}\n{KEYS[2]}"}) == KEYS[:3]
+    assert load_keys(None, {}) == KEYS
+
+
+def test_help_and_a_bad_run_from_the_shell():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    shown = subprocess.run([sys.executable, "-m", "thread_client", "--help"], capture_output=True, text=True, env=env, timeout=30)
+    assert shown.returncode == 0 and "--threads-per-key" in shown.stdout and "--summary-json" in shown.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "thread_client", "--queue-size", "0"], capture_output=True, text=True, env=env, timeout=30
+    )
+    assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == "thread-client: error: --queue-size must be positive, got 0"
+
+
+def test_unusable_paths_and_ports_exit_2_with_nothing_started(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, message in [
+            (["--metrics-port", str(port)], f"cannot serve metrics on port {port}"),
+            (["--graveyard", str(tmp_path / "missing" / "g.jsonl")], "No such file or directory"),
+            (["--log-file", str(tmp_path / "missing" / "c.log")], "No such file or directory"),
+        ]:
+            result = subprocess.run([sys.executable, "-m", "thread_client", "--graveyard", str(tmp_path / "g.jsonl"), *args],
+                                    capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)
+            assert result.returncode == 2, result.stderr
+            assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+            assert "Traceback" not in result.stderr and "started" not in result.stdout

@@ -1,0 +1,265 @@
+"""ThreadSafeRateLimiter: the window rule never admits what the server would refuse; the order rule holds."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import FakeClock
+from thread_client.errors import LimiterClosed, LimiterTimeout
+from thread_client.limits.limiter import ThreadSafeRateLimiter
+from thread_client.limits.nonces import NonceGenerator
+
+
+def limiter(clock, rate=20, **kwargs) -> ThreadSafeRateLimiter:
+    kwargs.setdefault("order_latency", 0.0)
+    return ThreadSafeRateLimiter(rate, clock=clock, nonces=NonceGenerator(clock=lambda: 0), **kwargs)
+
+
+def delay_of(lim: ThreadSafeRateLimiter) -> float:
+    """Seconds until the limiter allows the next send, read from its public state."""
+    return lim.state().ready_in
+
+
+class WaitProbe:
+    """A real monotonic clock that tells when a thread other than the test's has read it.
+
+    The limiter reads its clock with its lock held and keeps the lock until it
+    waits on its condition, so once ``read_elsewhere`` is set, any call that takes
+    the lock (``close``, ``release``) runs only after that thread is waiting.
+    """
+
+    def __init__(self) -> None:
+        self.read_elsewhere = threading.Event()
+        self._main = threading.get_ident()
+
+    def __call__(self) -> float:
+        if threading.get_ident() != self._main:
+            self.read_elsewhere.set()
+        return time.monotonic()
+
+
+def test_rate_sends_then_the_deadline_is_known_to_pass_at_once(clock):
+    lim = limiter(clock)
+    permits = [lim.acquire(timeout=0) for _ in range(20)]
+    assert sorted(p.slot for p in permits) == list(range(20))
+    with pytest.raises(LimiterTimeout):
+        lim.acquire(timeout=0.9)  # every slot is in flight: none can free before answer + 1.001 s
+
+
+def test_slot_frees_one_window_after_the_answer(clock):
+    lim = limiter(clock, rate=1)
+    permit = lim.acquire(timeout=0)
+    clock.advance(0.080)
+    lim.release(permit, answered_at=clock())
+    clock.advance(1.000)
+    assert delay_of(lim) == pytest.approx(0.001)
+    with pytest.raises(LimiterTimeout) as refused:
+        lim.acquire(timeout=0)
+    assert refused.value.delay == pytest.approx(0.001)
+    clock.advance(0.001)
+    assert lim.acquire(timeout=0).slot == 0
+
+
+def test_unanswered_request_holds_its_slot_longer(clock):
+    lim = limiter(clock, rate=1, unanswered_hold=1.0)
+    lim.release(lim.acquire(timeout=0), answered_at=None)
+    assert delay_of(lim) == pytest.approx(2.001)
+
+
+def test_order_rule_waits_for_the_answer_or_the_order_latency(clock):
+    lim = limiter(clock, order_latency=0.055)
+    first = lim.acquire(timeout=0)
+    assert delay_of(lim) == pytest.approx(0.055)
+    with pytest.raises(LimiterTimeout):  # only the order gate blocks: a zero timeout is refused, not spun on
+        lim.acquire(timeout=0)
+    clock.advance(0.020)
+    lim.release(first, answered_at=clock())  # answered: the next may go at once
+    second = lim.acquire(timeout=0)
+    assert second.nonce > first.nonce and second.sequence == first.sequence + 1
+    clock.advance(0.055)  # unanswered, but the order latency has passed
+    assert lim.acquire(timeout=0).sequence == 3
+
+
+def test_an_older_answer_does_not_open_the_order_gate(clock):
+    lim = limiter(clock, order_latency=0.055)
+    first = lim.acquire(timeout=0)
+    clock.advance(0.055)
+    lim.acquire(timeout=0)
+    lim.release(first, answered_at=clock())
+    assert delay_of(lim) == pytest.approx(0.055)
+
+
+def test_invalid_nonce_widens_the_order_latency_and_skips_nonces(clock):
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, nonces=NonceGenerator(clock=lambda: 100))
+    last = lim.acquire(timeout=0).nonce
+    first = lim.note_invalid_nonce()
+    second = lim.note_invalid_nonce()
+    assert 0.05 < first < second == lim.state().order_latency
+    clock.advance(1)
+    assert lim.acquire(timeout=0).nonce > last + 1000 + 2000
+
+
+def test_surprise_429_holds_the_key_a_window_and_widens_it(clock):
+    lim = limiter(clock)
+    window = lim.note_rate_limited()
+    assert window > 1.001
+    assert delay_of(lim) == pytest.approx(1.001)
+    assert lim.state().held
+
+
+def test_timeout_is_raised_when_the_deadline_passes_while_waiting():
+    lim = ThreadSafeRateLimiter(1, window=0.5, order_latency=0.0)
+    lim.release(lim.acquire(), answered_at=time.monotonic())
+    with pytest.raises(LimiterTimeout):
+        lim.acquire(timeout=0.05)
+
+
+def test_close_wakes_waiters_and_refuses_new_ones():
+    probe = WaitProbe()
+    lim = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, clock=probe)
+    lim.release(lim.acquire(), answered_at=probe())
+    raised = []
+
+    def wait() -> None:
+        try:
+            lim.acquire()
+        except LimiterClosed as exc:
+            raised.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert probe.read_elsewhere.wait(5)
+    assert waiter.is_alive() and raised == []  # blocked: the only slot is 60 s away
+    lim.close()
+    waiter.join(5)
+    assert not waiter.is_alive() and len(raised) == 1
+    with pytest.raises(LimiterClosed):
+        lim.acquire(timeout=0)
+
+
+def test_a_waiting_key_never_stalls_another_key():
+    probe = WaitProbe()
+    busy = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, name="busy", clock=probe)
+    free = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, name="free")
+    busy.release(busy.acquire(), answered_at=probe())
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            busy.acquire()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert probe.read_elsewhere.wait(5)
+    assert free.acquire(timeout=0).slot == 0  # would raise LimiterTimeout if a lock were held across the wait
+    busy.close()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], LimiterClosed)
+
+
+def test_waiter_is_woken_by_a_release():
+    probe = WaitProbe()
+    lim = ThreadSafeRateLimiter(2, window=0.2, order_latency=10.0, clock=probe)
+    first = lim.acquire()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(lim.acquire(timeout=5)))
+    waiter.start()
+    assert probe.read_elsewhere.wait(5)
+    assert got == []  # blocked on the order gate, 10 s away
+    lim.release(first, answered_at=probe())  # opens the order gate early
+    waiter.join(5)
+    assert not waiter.is_alive() and got[0].sequence == 2
+
+
+def test_many_threads_on_one_limiter_never_overfill_the_window():
+    """Real threads, real clock: the stamps a server would take never break its ring rule."""
+    rate, window, threads, per_thread = 5, 0.05, 8, 15
+    lim = ThreadSafeRateLimiter(rate, window=window, order_latency=0.0)
+    stamps: list[float] = []
+    stamps_lock = threading.Lock()
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(per_thread):
+            permit = lim.acquire(timeout=10)
+            stamp = time.monotonic()  # the server stamps between send and answer
+            with stamps_lock:
+                stamps.append(stamp)
+            for _ in range(rng.randint(0, 200)):  # a little work between send and answer, varied per thread
+                pass
+            lim.release(permit, answered_at=time.monotonic())
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+        assert not worker.is_alive()
+    assert len(stamps) == threads * per_thread
+    assert lim.state().in_flight == 0
+    stamps.sort()
+    for i in range(rate, len(stamps)):
+        assert stamps[i] - stamps[i - rate] >= window
+
+
+def server_refusals(stamps_ms: list[int], rate: int) -> int:
+    """The reference server's ring rule, replayed over its stamps in the order it took them."""
+    ring, index, refused = [0] * rate, 0, 0
+    for now in sorted(stamps_ms):
+        if now - ring[index] > 1000:
+            ring[index] = now
+            index = (index + 1) % rate
+        else:
+            refused += 1
+    return refused
+
+
+# Latencies lean to the extremes: the worst cases (an answer with no outgoing delay followed by a
+# send with no incoming one; a slow request followed by a fast one) live there.
+latency_ms = st.one_of(st.sampled_from([0, 50, 56]), st.integers(0, 56))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rate=st.integers(1, 20),
+    concurrency=st.integers(1, 3),
+    epoch_fraction=st.floats(0, 0.999),
+    latencies=st.lists(st.tuples(latency_ms, latency_ms, st.floats(0, 0.0009)), min_size=1, max_size=120),
+)
+def test_admitted_stream_never_breaks_the_server_rule(rate, concurrency, epoch_fraction, latencies):
+    """Virtual time: each send is stamped after an incoming delay (worst case up to 56 ms, more than the
+    contract's 50) and answered after an outgoing one; the server's integer-ms ring never refuses, and
+    with the order latency above the largest incoming delay the stamps come in send (= nonce) order."""
+    clock = FakeClock(start=50.0)
+    lim = ThreadSafeRateLimiter(rate, clock=clock, order_latency=0.057, nonces=NonceGenerator(clock=lambda: 0))
+    in_flight: list[tuple[float, object]] = []
+    stamps: list[tuple[float, int]] = []
+    for incoming, outgoing, jitter in latencies:
+        while True:
+            in_flight.sort(key=lambda item: item[0])
+            while in_flight and in_flight[0][0] <= clock():
+                answered_at, permit = in_flight.pop(0)
+                lim.release(permit, answered_at)
+            delay = delay_of(lim)
+            if len(in_flight) < concurrency and delay == 0:
+                break
+            candidates = [in_flight[0][0]] if in_flight else []
+            if len(in_flight) < concurrency and delay != float("inf"):
+                candidates.append(clock() + delay)
+            clock.now = min(candidates)
+        permit = lim.acquire(timeout=0)
+        stamp = clock() + incoming / 1000 + jitter
+        stamps.append((stamp, permit.nonce))
+        in_flight.append((stamp + outgoing / 1000, permit))
+    stamps_ms = [int((stamp + epoch_fraction) * 1000) for stamp, _ in stamps]
+    assert server_refusals(stamps_ms, rate) == 0
+    nonces_by_arrival = [nonce for _, nonce in sorted(stamps)]
+    assert nonces_by_arrival == sorted(nonces_by_arrival)

@@ -1,0 +1,119 @@
+"""Histogram percentiles against known data; metrics memory stays flat; answers are classified per the contract."""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+import sys
+import threading
+
+import pytest
+
+from thread_client.observe.histogram import LatencyHistogram
+from thread_client.observe.metrics import Metrics
+from thread_client.policy.answers import Outcome, classify
+
+
+def exact_percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(len(ordered) * q / 100) - 1)]
+
+
+@pytest.mark.parametrize("q", [50, 90, 95, 99, 99.9])
+def test_percentiles_match_known_data_within_a_bucket(q):
+    rng = random.Random(3)
+    values = [rng.uniform(0.001, 0.1) for _ in range(20_000)] + [rng.uniform(0.5, 2.0) for _ in range(200)]
+    histogram = LatencyHistogram()
+    for value in values:
+        histogram.record(value)
+    assert histogram.percentile(q) == pytest.approx(exact_percentile(values, q), rel=0.011)
+    assert histogram.mean == pytest.approx(sum(values) / len(values))
+    assert histogram.max == max(values)
+
+
+def test_histogram_edges():
+    histogram = LatencyHistogram()
+    assert histogram.percentile(99) == 0.0
+    histogram.record(0.0)
+    histogram.record(10_000.0)
+    assert histogram.percentile(1) <= 1e-4  # below the first bucket: reported as its edge, 0.1 ms
+    assert histogram.percentile(100) == 10_000.0
+    with pytest.raises(ValueError):
+        histogram.percentile(101)
+
+
+def deep_size(obj: object, seen: set[int] | None = None) -> int:
+    """Bytes held by ``obj`` and everything it references (locks and clocks aside)."""
+    seen = seen if seen is not None else set()
+    if id(obj) in seen or callable(obj):
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(deep_size(k, seen) + deep_size(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        size += sum(deep_size(item, seen) for item in obj)
+    elif hasattr(obj, "__dict__"):
+        size += deep_size(vars(obj), seen)
+    return size
+
+
+def test_memory_is_bounded_after_a_million_records():
+    metrics = Metrics()
+    keys = [f"KEY{n}" for n in range(5)]
+    outcomes = [Outcome.ACCEPTED] * 9 + [Outcome.TIMEOUT]
+    rng = random.Random(5)
+    for n in range(1000):
+        metrics.record_attempt(keys[n % 5], outcomes[n % 10], rng.random())
+        metrics.record_accepted(rng.random() * 3)
+    gc.collect()
+    objects_before = len(gc.get_objects())
+    for n in range(1_000_000):
+        seconds = rng.random()
+        metrics.record_attempt(keys[n % 5], outcomes[n % 10], seconds)
+        metrics.record_accepted(seconds * 3)
+    gc.collect()
+    # Two histograms of ~700 counters and a few counters per key: tens of KiB, whatever the count.
+    assert deep_size(metrics) < 64 * 1024
+    assert len(gc.get_objects()) - objects_before < 100
+    snapshot = metrics.snapshot()
+    assert (snapshot.accepted, snapshot.failed) == (900_900, 100_100)
+
+
+def test_metrics_counts_are_exact_under_threads():
+    metrics = Metrics()
+
+    def hammer() -> None:
+        for _ in range(5000):
+            metrics.record_attempt("k", Outcome.ACCEPTED, 0.01)
+            metrics.record_retry()
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    snapshot = metrics.snapshot()
+    assert (snapshot.accepted, snapshot.retried, snapshot.per_key["k"]["accepted"]) == (40_000, 40_000, 40_000)
+    assert snapshot.attempt.count == 40_000
+
+
+@pytest.mark.parametrize(
+    "status, body, outcome",
+    [
+        (200, b'{"status": "OK", "req_id": "7"}', Outcome.ACCEPTED),
+        (200, b'{"status": "OK", "req_id": "8"}', Outcome.BAD_ANSWER),
+        (200, b"<html>", Outcome.BAD_ANSWER),
+        (200, b"[1, 2]", Outcome.BAD_ANSWER),
+        (429, b'{"status": "error", "error_msg": "exceeded rate limit"}', Outcome.RATE_LIMITED),
+        (429, b'{"status": "error", "error_msg": "too many rate limit errors: blocked"}', Outcome.KEY_BLOCKED),
+        (400, b'{"status": "error", "error_msg": "invalid nonce"}', Outcome.INVALID_NONCE),
+        (401, b'{"status": "error", "error_msg": "invalid api key"}', Outcome.INVALID_KEY),
+        (500, b'{"status": "error", "error_msg": "internal"}', Outcome.SERVER_ERROR),
+        (503, b"Service Unavailable", Outcome.SERVER_ERROR),
+        (404, b'{"status": "error", "error_msg": "not found"}', Outcome.SERVER_ERROR),
+    ],
+)
+def test_answers_are_classified_per_the_contract(status, body, outcome):
+    assert classify(status, body, "7") is outcome

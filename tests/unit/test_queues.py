@@ -1,0 +1,126 @@
+"""QueueManager, DelayQueue and Graveyard: retries first, nothing lost, records on disk."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+
+import pytest
+
+from thread_client.flow.delay_queue import DelayQueue
+from thread_client.io.graveyard import Graveyard
+from thread_client.flow.queues import QueueManager
+from thread_client.flow.request import Request
+
+
+def new_request(req_id: int, clock) -> Request:
+    return Request(req_id, clock(), clock() + 1.0)
+
+
+@pytest.fixture
+def manager(tmp_path, clock):
+    graveyard = Graveyard(tmp_path / "graveyard.jsonl")
+    yield QueueManager(graveyard, queue_size=4, ttl=1.0, clock=clock)
+    graveyard.close()
+
+
+def test_delay_queue_releases_earliest_ready_first(clock):
+    dlq = DelayQueue(clock)
+    dlq.put_at("late", clock() + 2)
+    dlq.put_at("soon", clock() + 1)
+    with pytest.raises(queue.Empty):
+        dlq.get(block=False)
+    clock.advance(1)
+    assert dlq.get(block=False) == "soon"
+    clock.advance(1)
+    assert dlq.get(timeout=0) == "late"
+
+
+def test_delay_queue_put_of_an_earlier_item_wakes_a_waiting_get():
+    dlq = DelayQueue()
+    dlq.put_at("far", float("inf"))
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(dlq.get(timeout=10)))
+    waiter.start()
+    dlq.put_at("now", 0.0)
+    waiter.join(10)
+    assert not waiter.is_alive() and got == ["now"]
+    assert dlq.drain() == ["far"]
+
+
+def test_retries_are_served_before_new_requests(manager, clock):
+    stop = threading.Event()
+    for req_id in (1, 2):
+        assert manager.submit(new_request(req_id, clock), stop)
+    first = manager.take(timeout=0)
+    assert first.req_id == 1
+    manager.retry(first, "timeout", delay=0.1)
+    assert not manager.requeue_ready(stop, timeout=0)  # still backing off
+    clock.advance(0.1)
+    assert manager.requeue_ready(stop, timeout=0)
+    assert manager.submit(new_request(3, clock), stop)
+    assert [manager.take(timeout=0).req_id for _ in range(3)] == [1, 2, 3]
+    assert first.deadline == pytest.approx(clock() + 1.0)  # the retry got a fresh TTL
+
+
+def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(manager, clock, tmp_path):
+    stop = threading.Event()
+    manager.submit(new_request(7, clock), stop)
+    request = manager.take(timeout=0)
+    for attempt in range(2):
+        manager.retry(request, "server_error", delay=1.0)
+        clock.advance(1.0)
+        assert manager.requeue_ready(stop, timeout=0)
+        request = manager.take(timeout=0)
+    manager.bury(request, "retries exhausted: timeout", failure="timeout")
+    counts = manager.counts()
+    assert (counts.created, counts.graveyard, counts.in_flight, counts.balanced) == (1, 1, 0, True)
+    manager.graveyard.close()
+    records = [json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines()]
+    assert len(records) == 1
+    assert records[0]["req_id"] == 7
+    assert records[0]["reason"] == "retries exhausted: timeout"
+    assert records[0]["attempts"] == 3
+    assert records[0]["buried"] >= records[0]["created"] > 0
+
+
+def test_backpressure_and_shutdown_account_for_everything(manager, clock):
+    stop = threading.Event()
+    for req_id in range(4):
+        manager.submit(new_request(req_id, clock), stop)
+    stop.set()
+    assert not manager.submit(new_request(99, clock), stop)  # full queue, stopping: buried, not lost
+    taken = manager.take(timeout=0)
+    manager.retry(taken, "timeout", delay=5.0)
+    manager.accept(manager.take(timeout=0))
+    assert manager.drain("shutdown") == 3
+    counts = manager.counts()
+    assert counts.balanced and (counts.created, counts.accepted, counts.graveyard) == (5, 1, 4)
+    assert manager.graveyard.by_reason() == {"shutdown": 4}
+    assert "created 5 == accepted 1 + graveyard 4" in counts.identity()
+
+
+def test_hand_back_costs_no_attempt(manager, clock):
+    stop = threading.Event()
+    manager.submit(new_request(1, clock), stop)
+    request = manager.take(timeout=0)
+    manager.hand_back(request)
+    assert manager.requeue_ready(stop, timeout=0)
+    assert manager.take(timeout=0).failures == 0
+
+
+def test_graveyard_lines_stay_whole_under_threads(tmp_path, clock):
+    graveyard = Graveyard(tmp_path / "g.jsonl")
+    threads = [
+        threading.Thread(target=lambda n=n: [graveyard.bury(new_request(n * 1000 + i, clock), "expired") for i in range(200)])
+        for n in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    graveyard.close()
+    lines = (tmp_path / "g.jsonl").read_text().splitlines()
+    assert len(lines) == 800 and len({json.loads(line)["req_id"] for line in lines}) == 800
+    assert len(graveyard) == 800 and graveyard.by_reason() == {"expired": 800}

@@ -1,0 +1,30 @@
+"""The measuring tools' arithmetic: bench windows and keys, the soak's slope."""
+
+from __future__ import annotations
+
+import pytest
+
+from thread_client.config import DEFAULT_KEYS
+from tools.bench import bench_keys, format_table, window_percentile
+from tools.soak import slope_per_minute
+
+
+def test_window_percentile_interpolates_between_scrapes():
+    before = [(0.1, 0.0), (0.2, 0.0), (float("inf"), 0.0)]
+    after = [(0.1, 50.0), (0.2, 100.0), (float("inf"), 100.0)]
+    assert window_percentile(before, after, 50) == pytest.approx(100.0)
+    assert window_percentile(before, after, 75) == pytest.approx(150.0)
+    assert window_percentile(after, after, 99) == 0.0
+
+
+def test_bench_keys_are_deterministic_and_distinct():
+    assert bench_keys(5) == DEFAULT_KEYS
+    twenty = bench_keys(20)
+    assert len(set(twenty)) == 20 and twenty == bench_keys(20) and all(len(k) == 32 for k in twenty)
+    assert "mode" in format_table([]).splitlines()[0]
+
+
+def test_soak_slope_is_a_least_squares_fit():
+    assert slope_per_minute([(0, 100), (60, 110), (120, 120)]) == pytest.approx(10)
+    assert slope_per_minute([(0, 5), (30, 5)]) == 0
+    assert slope_per_minute([(0, 5)]) == 0

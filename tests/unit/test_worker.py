@@ -1,0 +1,58 @@
+"""A worker survives an unexpected exception: traceback logged, slot given back, request retried."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from thread_client.limits.keys import ApiKey
+from thread_client.io.graveyard import Graveyard
+from thread_client.observe.metrics import Metrics
+from thread_client.policy.retry import RetryPolicy
+from thread_client.flow.queues import QueueManager
+from thread_client.limits.limiter import ThreadSafeRateLimiter
+from thread_client.flow.request import Request
+from thread_client.io.transport import Answer
+from thread_client.flow.worker import Worker
+
+
+class FlakyTransport:
+    """Raises a bug-like exception on the first call, answers 200 OK after."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send(self, nonce: int, req_id: int) -> Answer:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("bug in the transport")
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_worker_survives_an_unexpected_exception(caplog):
+    queues = QueueManager(Graveyard(None), queue_size=10)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    stop = threading.Event()
+    transport = FlakyTransport()
+    worker = Worker(key, queues, Metrics(), transport, RetryPolicy(max_retries=3, backoff_base=0.01), stop, poll=0.05)
+    for req_id in (1, 2, 3):
+        now = time.monotonic()
+        queues.submit(Request(req_id, now, now + 5), stop)
+    with caplog.at_level(logging.ERROR):
+        worker.start()
+        deadline = time.monotonic() + 20
+        while queues.counts().accepted < 3 and time.monotonic() < deadline:
+            queues.requeue_ready(stop, timeout=0.05)  # plays the DLQ-requeue thread
+        stop.set()
+        worker.join(5)
+    assert not worker.is_alive() and worker.failure is None
+    counts = queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.in_flight, counts.balanced) == (3, 0, 0, True)
+    assert transport.calls == 4
+    assert key.limiter.state().in_flight == 0  # the slot of the failed send was given back
+    error = next(r for r in caplog.records if "unexpected error" in r.getMessage())
+    assert error.exc_info is not None and "bug in the transport" in str(error.exc_info[1])

@@ -1,0 +1,199 @@
+"""The request queues and the accounting identity that says nothing was lost.
+
+    created == accepted + buried + in main queue + in DLQ + in flight
+
+Every request enters through ``submit()`` and leaves through exactly one of
+``accept()`` or the graveyard; in between it is in the main queue, in the dead
+letter queue, or in the hands of one thread ("in flight").
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from dataclasses import dataclass
+
+from ..clock import Clock, monotonic
+from .delay_queue import DelayQueue
+from ..io.graveyard import Graveyard
+from .request import Request
+
+__all__ = ["QueueCounts", "QueueManager"]
+
+_RETRY_LANE = 0  # served before new requests
+_NEW_LANE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """A snapshot of the accounting. Live snapshots are approximate (a request moving
+    between a queue and a thread can be missed for an instant); once every thread
+    is joined the identity is exact."""
+
+    created: int
+    accepted: int
+    graveyard: int
+    main_queue: int
+    dlq: int
+    in_flight: int
+
+    @property
+    def balanced(self) -> bool:
+        return self.created == self.accepted + self.graveyard + self.main_queue + self.dlq + self.in_flight
+
+    def identity(self) -> str:
+        sign = "==" if self.balanced else "!="
+        return (
+            f"created {self.created} {sign} accepted {self.accepted} + graveyard {self.graveyard}"
+            f" + main queue {self.main_queue} + dlq {self.dlq} + in flight {self.in_flight}"
+        )
+
+
+class QueueManager:
+    """Main queue (bounded, retries first), dead letter queue and graveyard, shared by all threads.
+
+    The main queue is a ``queue.PriorityQueue``: the producer blocks on it when it
+    is full (backpressure) and retries jump ahead of new requests. Failed requests
+    wait out their backoff in the DLQ until the requeue thread moves them back.
+    How long, and whether at all, is the retry policy's decision, not this class's.
+    """
+
+    def __init__(
+        self,
+        graveyard: Graveyard,
+        *,
+        queue_size: int = 50,
+        ttl: float = 1.0,
+        clock: Clock = monotonic,
+    ) -> None:
+        if queue_size < 1 or ttl <= 0:
+            raise ValueError("queue_size must be >= 1 and ttl > 0")
+        self.graveyard = graveyard
+        self.ttl = ttl
+        self.queue_size = queue_size
+        self._clock = clock
+        self._main: queue.PriorityQueue[tuple[int, int, Request]] = queue.PriorityQueue(queue_size)
+        self._dlq = DelayQueue(clock)
+        self._order = itertools.count()
+        # Guards the three counters below; never held across a blocking queue call.
+        self._lock = threading.Lock()
+        self._created = 0
+        self._accepted = 0
+        self._in_flight = 0
+
+    def __repr__(self) -> str:
+        return f"<QueueManager {self.counts().identity()}>"
+
+    # -- producer ------------------------------------------------------------
+
+    def submit(self, request: Request, stop: threading.Event, poll: float = 0.25) -> bool:
+        """Count ``request`` as created and queue it, blocking while the main queue is full.
+
+        Returns False if ``stop`` was set first; the request is then buried as "shutdown".
+        """
+        with self._lock:
+            self._created += 1
+        entry = (_NEW_LANE, next(self._order), request)
+        while not stop.is_set():
+            try:
+                self._main.put(entry, timeout=poll)
+                return True
+            except queue.Full:
+                continue
+        self.graveyard.bury(request, "shutdown")
+        return False
+
+    # -- workers -------------------------------------------------------------
+
+    def take(self, timeout: float) -> Request | None:
+        """The next request (retries first), now in flight; None if none came within ``timeout``."""
+        try:
+            request = self._main.get(timeout=timeout)[2]
+        except queue.Empty:
+            return None
+        with self._lock:
+            self._in_flight += 1
+        return request
+
+    def accept(self, request: Request) -> None:
+        """An in-flight request was accepted: its journey ends."""
+        with self._lock:
+            self._accepted += 1
+            self._in_flight -= 1
+
+    def retry(self, request: Request, reason: str, delay: float) -> None:
+        """An in-flight attempt failed and is to be tried again: it waits ``delay`` seconds in the DLQ."""
+        request.note_failure(reason)
+        self._dlq.put_at(request, self._clock() + delay)
+        with self._lock:
+            self._in_flight -= 1
+
+    def hand_back(self, request: Request) -> None:
+        """An in-flight request that was never tried (its key retired): retry it at once, at no cost."""
+        self._dlq.put_at(request, self._clock())
+        with self._lock:
+            self._in_flight -= 1
+
+    def bury(self, request: Request, reason: str, failure: str | None = None) -> None:
+        """An in-flight request ends in the graveyard; ``failure`` names the attempt that failed
+        last, if the burial follows one."""
+        if failure is not None:
+            request.note_failure(failure)
+        with self._lock:
+            self._in_flight -= 1
+        self.graveyard.bury(request, reason)
+
+    # -- requeue thread ------------------------------------------------------
+
+    def requeue_ready(self, stop: threading.Event, timeout: float, poll: float = 0.25) -> bool:
+        """Move one request whose backoff is over from the DLQ to the front of the main queue,
+        with a fresh time-to-live. Returns False if none was ready within ``timeout``."""
+        try:
+            request = self._dlq.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        with self._lock:
+            self._in_flight += 1
+        request.renew(self._clock(), self.ttl)
+        entry = (_RETRY_LANE, next(self._order), request)
+        while not stop.is_set():
+            try:
+                self._main.put(entry, timeout=poll)
+            except queue.Full:
+                continue
+            with self._lock:
+                self._in_flight -= 1
+            return True
+        self.hand_back(request)  # stopping: back to the DLQ, for the shutdown drain
+        return True
+
+    # -- shutdown and metrics -------------------------------------------------
+
+    def drain(self, reason: str) -> int:
+        """Bury everything still queued (main queue and DLQ) with ``reason``; returns how many.
+
+        Call once the threads that put into the queues are stopped, or more may arrive.
+        """
+        buried = 0
+        while True:
+            try:
+                request = self._main.get_nowait()[2]
+            except queue.Empty:
+                break
+            self.graveyard.bury(request, reason)
+            buried += 1
+        for request in self._dlq.drain():
+            self.graveyard.bury(request, reason)
+            buried += 1
+        return buried
+
+    def sizes(self) -> tuple[int, int]:
+        """(main queue, DLQ) sizes; approximate while threads run."""
+        return self._main.qsize(), self._dlq.qsize()
+
+    def counts(self) -> QueueCounts:
+        main_queue, dlq = self.sizes()
+        graveyard = len(self.graveyard)
+        with self._lock:
+            return QueueCounts(self._created, self._accepted, graveyard, main_queue, dlq, self._in_flight)

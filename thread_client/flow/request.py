@@ -1,0 +1,33 @@
+"""A unit of work: one request the producer created, followed until it is accepted or buried."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Request"]
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Mutable, but owned by exactly one thread at a time (whoever took it from a queue).
+
+    ``created_at`` and ``deadline`` are monotonic seconds; ``created_wall`` is kept only
+    for the graveyard record.
+    """
+
+    req_id: int
+    created_at: float
+    deadline: float
+    created_wall: float = field(default_factory=time.time)
+    failures: int = 0
+    last_failure: str | None = None
+
+    def note_failure(self, reason: str) -> None:
+        """An attempt failed for ``reason``: it counts against the retry budget."""
+        self.failures += 1
+        self.last_failure = reason
+
+    def renew(self, now: float, ttl: float) -> None:
+        """Start a new attempt: a fresh time-to-live from ``now``."""
+        self.deadline = now + ttl

@@ -1,0 +1,62 @@
+"""Requests that will never be accepted: one JSON line each on disk, counts by reason in memory."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from ..flow.request import Request
+
+__all__ = ["Graveyard"]
+
+
+class Graveyard:
+    """Append-only record of buried requests, safe to call from many threads.
+
+    Each record is written with one ``os.write`` on an ``O_APPEND`` descriptor as
+    soon as the request is buried, so records of different threads never
+    interleave and a crash (even SIGKILL) leaves no torn line. Memory stays
+    bounded: only the counts by reason are kept, the file is the record.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path else None
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if self.path else None
+        # Guards the counts; the file write happens outside it.
+        self._lock = threading.Lock()
+        self._by_reason: collections.Counter[str] = collections.Counter()
+
+    def __repr__(self) -> str:
+        return f"<Graveyard {self.path} buried={len(self)}>"
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(self._by_reason.values())
+
+    def bury(self, request: Request, reason: str) -> None:
+        record = {
+            "req_id": request.req_id,
+            "reason": reason,
+            "attempts": request.failures,
+            "last_failure": request.last_failure,
+            "created": round(request.created_wall, 6),
+            "buried": round(time.time(), 6),
+        }
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps(record) + "\n").encode())
+        with self._lock:
+            self._by_reason[reason.split(":")[0]] += 1
+
+    def by_reason(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._by_reason)
+
+    def close(self) -> None:
+        """Close the file; idempotent. Burying after close only counts."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)

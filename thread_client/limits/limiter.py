@@ -1,0 +1,211 @@
+"""Per-key rate limiter that cannot trip the server's limit, whatever the latencies.
+
+The server stamps a request at an instant ``s`` the client cannot see, somewhere
+between the send and the answer. Two rules pace the sends of one key:
+
+* Window rule (never risks a strike): each of the ``rate`` ring slots used by a
+  request is free again ``window`` seconds after that request's *answer* came
+  back (``s <= answer``). A request that got no answer holds its slot for
+  ``unanswered_hold`` seconds more, since when (or whether) it was stamped is unknown.
+* Order rule (bets only a nonce retry): the next send waits until the previous
+  send on the key was answered, or ``order_latency`` seconds after it, whichever
+  comes first, so two requests cannot swap inside the server. A 400 invalid nonce
+  widens ``order_latency`` at once.
+
+The nonce of each send is drawn in the same critical section that orders the
+send, so nonces leave in the order the server must see them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from ..clock import Clock, monotonic
+from ..errors import LimiterClosed, LimiterTimeout
+from .nonces import NonceGenerator
+
+__all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
+
+_IN_FLIGHT = math.inf
+_MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """The right to send one request now: which slot it uses, its nonce, its place in the send order."""
+
+    slot: int
+    nonce: int
+    sent_at: float
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimiterState:
+    """An immutable snapshot for metrics and tests; ``ready_in`` is the seconds until a send is
+    allowed (0: now; inf: only an answer can tell)."""
+
+    in_flight: int
+    ready_in: float
+    window: float
+    order_latency: float
+    held: bool
+    closed: bool
+
+
+class ThreadSafeRateLimiter:
+    """Paces the sends of one API key; many worker threads may share it.
+
+    ``acquire()`` blocks until both rules allow a send and returns a ``Permit``;
+    every permit must be given back with ``release()`` once its answer (or its
+    failure) is known.
+    """
+
+    def __init__(
+        self,
+        rate: int,
+        *,
+        name: str = "key",
+        window: float = 1.001,
+        order_latency: float = 0.055,
+        unanswered_hold: float = 1.0,
+        max_order_latency: float = 0.5,
+        nonces: NonceGenerator | None = None,
+        clock: Clock = monotonic,
+    ) -> None:
+        if rate < 1:
+            raise ValueError(f"rate must be at least 1, got {rate}")
+        if window <= 0 or order_latency < 0 or unanswered_hold < 0:
+            raise ValueError("window must be positive and the latencies not negative")
+        self.name = name
+        self.nonces = nonces if nonces is not None else NonceGenerator()
+        self._clock = clock
+        self._unanswered_hold = unanswered_hold
+        self._max_order_latency = max(max_order_latency, order_latency)
+        # Guards every field below. `_changed` is notified whenever a send may have
+        # become possible sooner (a slot freed, the order gate opened) and on close.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._window = window
+        self._order_latency = order_latency
+        self._free_at = [-math.inf] * rate  # monotonic time each slot frees; _IN_FLIGHT while unanswered
+        self._order_open_at = -math.inf
+        self._held_until = -math.inf
+        self._sequence = 0
+        self._nonce_skip = 1_000  # microseconds; doubles with every invalid nonce
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = self.state()
+        return (
+            f"<ThreadSafeRateLimiter {self.name} in_flight={state.in_flight} window={state.window:.3f}"
+            f" order_latency={state.order_latency:.3f} held={state.held} closed={state.closed}>"
+        )
+
+    # -- decisions (called with the lock held) -------------------------------
+
+    def _delay_until_free(self, now: float) -> float:
+        """Seconds until both rules allow a send (0 if now, inf if only an answer can tell)."""
+        ready_at = max(min(self._free_at), self._order_open_at, self._held_until)
+        return max(0.0, ready_at - now)
+
+    def _least_delay(self, now: float) -> float:
+        """A lower bound of the delay: as if every request in flight were answered right now."""
+        earliest_slot = min(now + self._window if t == _IN_FLIGHT else t for t in self._free_at)
+        return max(0.0, max(earliest_slot, self._held_until) - now)
+
+    def _take(self, now: float) -> Permit:
+        slot = self._free_at.index(min(self._free_at))
+        self._free_at[slot] = _IN_FLIGHT
+        self._order_open_at = now + self._order_latency
+        self._sequence += 1
+        return Permit(slot, self.nonces.next(), now, self._sequence)
+
+    # -- public API ----------------------------------------------------------
+
+    def acquire(self, timeout: float | None = None) -> Permit:
+        """Block until a send is allowed and return its permit.
+
+        Raises LimiterTimeout as soon as no slot can free within ``timeout`` seconds
+        (at once if that is already certain), and LimiterClosed if the limiter is or
+        gets closed.
+        """
+        with self._changed:
+            now = self._clock()
+            deadline = math.inf if timeout is None else now + timeout
+            while True:
+                if self._closed:
+                    raise LimiterClosed(self.name)
+                delay = self._delay_until_free(now)
+                if delay <= 0:
+                    return self._take(now)
+                if now >= deadline or now + self._least_delay(now) > deadline:
+                    raise LimiterTimeout(self.name, delay)
+                wait = min(delay, deadline - now)
+                self._changed.wait(None if wait == math.inf else wait)
+                now = self._clock()
+
+    def release(self, permit: Permit, answered_at: float | None) -> None:
+        """Give back a permit: ``answered_at`` is when its answer arrived, None if none did."""
+        with self._changed:
+            if answered_at is None:
+                self._free_at[permit.slot] = self._clock() + self._window + self._unanswered_hold
+            else:
+                self._free_at[permit.slot] = answered_at + self._window
+                if permit.sequence == self._sequence:
+                    self._order_open_at = min(self._order_open_at, answered_at)
+            # A waiter may have seen this slot in flight (no known free time): let it look again.
+            self._changed.notify_all()
+
+    def cancel(self, permit: Permit) -> None:
+        """Give back a permit whose request surely never reached the server (connection refused):
+        its slot is free at once and, if it was the last send, so is the order gate."""
+        with self._changed:
+            self._free_at[permit.slot] = -math.inf
+            if permit.sequence == self._sequence:
+                self._order_open_at = -math.inf
+            self._changed.notify_all()
+
+    def note_rate_limited(self) -> float:
+        """A 429 arrived although the window rule forbids it: hold the key back a full window
+        and widen the window a little. Returns the new window."""
+        with self._changed:
+            self._held_until = self._clock() + self._window
+            self._window += 0.005
+            return self._window
+
+    def note_invalid_nonce(self) -> float:
+        """A 400 invalid nonce: widen the order latency at once and push the nonces ahead, twice
+        as far each time, so a server far ahead of this key's nonces is caught up in a few steps.
+        Returns the new order latency."""
+        with self._changed:
+            self._order_latency = min(self._max_order_latency, self._order_latency * 1.25 + 0.002)
+            self.nonces.skip_ahead(self._nonce_skip)
+            self._nonce_skip = min(self._nonce_skip * 2, _MAX_NONCE_SKIP)
+            return self._order_latency
+
+    def hold(self, seconds: float) -> None:
+        """Allow no send for ``seconds`` from now (e.g. a window at start-up, for the stamps
+        a previous run of the client may have left in the server's ring)."""
+        with self._changed:
+            self._held_until = max(self._held_until, self._clock() + seconds)
+
+    def close(self) -> None:
+        """Refuse every further acquire and wake every waiter with LimiterClosed. Idempotent."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def state(self) -> LimiterState:
+        with self._lock:
+            now = self._clock()
+            return LimiterState(
+                in_flight=sum(1 for t in self._free_at if t == _IN_FLIGHT),
+                ready_in=self._delay_until_free(now),
+                window=self._window,
+                order_latency=self._order_latency,
+                held=self._held_until > now,
+                closed=self._closed,
+            )

@@ -1,0 +1,114 @@
+"""Thread-safe counters and latency histograms, read as immutable snapshots."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+
+from ..clock import Clock, monotonic
+from .histogram import LatencyHistogram
+from ..policy.answers import Outcome
+
+__all__ = ["LatencySummary", "Metrics", "MetricsSnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """Milliseconds."""
+
+    count: int
+    avg: float
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, histogram: LatencyHistogram) -> "LatencySummary":
+        ms = [1000 * histogram.percentile(q) for q in (50, 95, 99)]
+        return cls(histogram.count, 1000 * histogram.mean, *ms, 1000 * histogram.max)
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: round(getattr(self, name), 3) for name in ("avg", "p50", "p95", "p99", "max")}
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    elapsed: float
+    accepted: int
+    failed: int
+    retried: int
+    expired: int
+    outcomes: dict[str, int]
+    per_key: dict[str, dict[str, int]]
+    end_to_end: LatencySummary
+    attempt: LatencySummary
+
+    @property
+    def throughput(self) -> float:
+        return self.accepted / self.elapsed if self.elapsed > 0 else 0.0
+
+
+class Metrics:
+    """Counts by outcome (overall and per masked key) and two latency histograms.
+
+    Memory is constant: counters per (key, outcome) and fixed-size histograms,
+    whatever the number of requests.
+    """
+
+    def __init__(self, clock: Clock = monotonic) -> None:
+        self._clock = clock
+        self._started = clock()
+        # Guards every field below; held for a few increments at a time.
+        self._lock = threading.Lock()
+        self._per_key: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        self._outcomes: collections.Counter[str] = collections.Counter()
+        self._retried = 0
+        self._end_to_end = LatencyHistogram()
+        self._attempt = LatencyHistogram()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return f"<Metrics outcomes={dict(self._outcomes)} retried={self._retried}>"
+
+    def record_attempt(self, key: str, outcome: Outcome, seconds: float | None = None) -> None:
+        """One attempt on ``key`` (masked) came to ``outcome``; ``seconds`` is its HTTP round trip."""
+        with self._lock:
+            self._outcomes[outcome.value] += 1
+            self._per_key[key][outcome.value] += 1
+            if seconds is not None:
+                self._attempt.record(seconds)
+
+    def record_accepted(self, end_to_end: float) -> None:
+        """A request was accepted ``end_to_end`` seconds after it was created."""
+        with self._lock:
+            self._end_to_end.record(end_to_end)
+
+    def record_retry(self) -> None:
+        with self._lock:
+            self._retried += 1
+
+    def histograms(self, bounds: list[float]) -> dict[str, tuple[list[int], int, float]]:
+        """Cumulative bucket counts, count and sum of both histograms (Prometheus export)."""
+        with self._lock:
+            return {
+                name: (h.cumulative(bounds), h.count, h.total)
+                for name, h in (("end_to_end", self._end_to_end), ("attempt", self._attempt))
+            }
+
+    def snapshot(self) -> MetricsSnapshot:
+        with self._lock:
+            outcomes = dict(self._outcomes)
+            accepted = outcomes.get(Outcome.ACCEPTED.value, 0)
+            return MetricsSnapshot(
+                elapsed=self._clock() - self._started,
+                accepted=accepted,
+                failed=sum(outcomes.values()) - accepted,
+                retried=self._retried,
+                expired=outcomes.get(Outcome.EXPIRED.value, 0),
+                outcomes=outcomes,
+                per_key={key: dict(counts) for key, counts in self._per_key.items()},
+                end_to_end=LatencySummary.of(self._end_to_end),
+                attempt=LatencySummary.of(self._attempt),
+            )

@@ -1,0 +1,77 @@
+"""The final summary of a run: the accounting identity, outcomes and latencies, as text and JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .metrics import MetricsSnapshot
+from ..policy.answers import Outcome
+from ..flow.queues import QueueCounts
+
+__all__ = ["Summary"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    counts: QueueCounts
+    metrics: MetricsSnapshot
+    duration_s: float
+    stop_reason: str
+    retired_keys: dict[str, str]
+    graveyard_by_reason: dict[str, int]
+    threads_died: list[str]
+    threads_alive: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a clean run, 3 when every key was retired, 1 when accounting or a thread went wrong."""
+        if not self.counts.balanced or self.threads_died or self.threads_alive:
+            return 1
+        return 3 if self.stop_reason == "all keys blocked" else 0
+
+    def as_dict(self) -> dict:
+        outcomes = self.metrics.outcomes
+        return {
+            **asdict(self.counts),
+            "identity_holds": self.counts.balanced,
+            "retries": self.metrics.retried,
+            "expired": self.metrics.expired,
+            "rate_limited": outcomes.get(Outcome.RATE_LIMITED.value, 0),
+            "invalid_nonce": outcomes.get(Outcome.INVALID_NONCE.value, 0),
+            "blocked_keys": sorted(self.retired_keys),
+            "retired_keys": self.retired_keys,
+            "duration_s": round(self.duration_s, 3),
+            "accepted_per_s": round(self.counts.accepted / self.duration_s, 3) if self.duration_s > 0 else 0.0,
+            "latency_ms": self.metrics.end_to_end.as_dict(),
+            "attempt_latency_ms": self.metrics.attempt.as_dict(),
+            "outcomes": outcomes,
+            "per_key": self.metrics.per_key,
+            "graveyard_by_reason": self.graveyard_by_reason,
+            "stop_reason": self.stop_reason,
+            "threads_died": self.threads_died,
+            "threads_alive": self.threads_alive,
+            "exit_code": self.exit_code,
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
+
+    def text(self) -> str:
+        data = self.as_dict()
+        latency = data["latency_ms"]
+        lines = [
+            f"summary ({self.stop_reason}) after {data['duration_s']:.1f} s: "
+            f"accepted {self.counts.accepted} ({data['accepted_per_s']:.1f}/s)",
+            f"  {self.counts.identity()}",
+            f"  retries {data['retries']}  expired {data['expired']}  rate limited {data['rate_limited']}"
+            f"  invalid nonce {data['invalid_nonce']}  graveyard {self.graveyard_by_reason or 0}",
+            f"  end-to-end ms avg {latency['avg']:.1f} p50 {latency['p50']:.1f} p95 {latency['p95']:.1f}"
+            f" p99 {latency['p99']:.1f}",
+        ]
+        if self.retired_keys:
+            lines.append("  retired keys: " + ", ".join(f"{k} ({why})" for k, why in sorted(self.retired_keys.items())))
+        if self.threads_died or self.threads_alive:
+            lines.append(f"  threads died: {self.threads_died}  threads still alive: {self.threads_alive}")
+        return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""The one retry policy: given what an attempt came to, what happens to the request and to its key.
+
+Workers ask ``RetryPolicy.decide()`` and carry out the ``Action`` it returns;
+they hold no policy of their own. The policy is a frozen value, in the manner
+of urllib3's ``Retry``: pure given its random source, so every row of the
+answer table is a unit test without threads or sleeping.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass, field
+
+from .answers import Outcome
+
+__all__ = ["Action", "KeyStep", "RequestStep", "RetryPolicy"]
+
+
+class RequestStep(enum.Enum):
+    """What becomes of the request."""
+
+    ACCEPT = "accept"  # its journey ends: accepted
+    RETRY = "retry"  # back through the DLQ after ``Action.delay``, spending one retry
+    HAND_BACK = "hand back"  # back to the queue at once, at no cost (another key takes it)
+    BURY = "bury"  # final: the graveyard, with ``Action.reason``
+
+
+class KeyStep(enum.Enum):
+    """What the attempt says about the key that sent it."""
+
+    KEEP = "keep"
+    RESYNC = "resync"  # invalid nonce: widen the order rule, push the nonces ahead
+    HOLD = "hold"  # an unexplained 429: hold the key back a window and widen it
+    RETIRE = "retire"  # the key is done for good (``Action.reason`` says why)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    request: RequestStep
+    key: KeyStep = KeyStep.KEEP
+    delay: float = 0.0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with "equal jitter" and a retry budget per request.
+
+    Half of each exponential step is kept and half is random, so retries of a
+    down server never all draw zero. A server's ``Retry-After`` is honoured up
+    to ``max_retry_after``, the one cap on it.
+    """
+
+    max_retries: int = 5
+    # With 5 retries: ~0.2, 0.4, 0.8, 1.6, 3.2 s (a quarter less on average), enough to ride out
+    # a server restart of a few seconds before a request is buried.
+    backoff_base: float = 0.2
+    backoff_cap: float = 5.0
+    max_retry_after: float = 5.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must not be negative, got {self.max_retries}")
+        if not 0 < self.backoff_base <= self.backoff_cap:
+            raise ValueError(f"need 0 < backoff_base <= backoff_cap, got {self.backoff_base} and {self.backoff_cap}")
+        if self.max_retry_after < 0:
+            raise ValueError(f"max_retry_after must not be negative, got {self.max_retry_after}")
+
+    def backoff(self, failures: int, retry_after: float | None = None) -> float:
+        """Seconds before the next attempt of a request that has failed ``failures`` times."""
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, self.max_retry_after)
+        step = min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1))
+        return step / 2 + self.rng.uniform(0, step / 2)
+
+    def decide(self, outcome: Outcome, failures: int, retry_after: float | None = None) -> Action:
+        """The action for an attempt that came to ``outcome``.
+
+        ``failures`` counts the request's failed attempts before this one;
+        ``retry_after`` is the server's Retry-After in seconds, if it sent one.
+        """
+        if outcome is Outcome.ACCEPTED:
+            return Action(RequestStep.ACCEPT)
+        if outcome.retires_key:
+            return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
+        key = _KEY_STEPS.get(outcome, KeyStep.KEEP)
+        if failures + 1 > self.max_retries:
+            return Action(RequestStep.BURY, key, reason=f"retries exhausted: {outcome.value}")
+        return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1, retry_after), reason=outcome.value)
+
+
+_KEY_STEPS = {Outcome.RATE_LIMITED: KeyStep.HOLD, Outcome.INVALID_NONCE: KeyStep.RESYNC}

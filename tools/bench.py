@@ -1,0 +1,291 @@
+"""``make bench``: the client against the reference server, refereed by the server's own /api/stats.
+
+Each mode (saturate, then exercise) gets a fresh reference server at its default
+latencies and a client process with ``--metrics-port``. After a warm-up that is
+not counted, the server's stats and the client's metrics are sampled at both
+ends of the counted window; the server is also sampled every second for the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from .harness.client_process import SUMMARY_FILE, client_command, read_summary
+from thread_client.config import DEFAULT_KEYS
+from .plots import new_figure, save_figure
+from .harness.server_process import REPO_ROOT, ServerProcess
+
+__all__ = ["BenchRow", "main"]
+
+RATE = 20
+WINDOW_MS = 1001
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    mode: str
+    keys: int
+    seconds: float
+    accepted_per_s: float
+    ratio_nominal: float
+    ceiling_per_s: float
+    ratio_ceiling: float
+    rate_limited: int
+    blocked: int
+    invalid_nonce: int
+    created: int
+    accepted: int
+    accepted_of_created: float
+    graveyard: int
+    expired: int
+    retries: int
+    mean_round_trip_ms: float
+    latency_p50_ms: float
+    latency_p95_ms: float
+    latency_p99_ms: float
+    cpu_s_per_1000: float
+    peak_rss_mib: float
+    identity_holds: bool
+    client_exit: int
+    per_second: list[float]
+
+
+def bench_keys(count: int) -> tuple[str, ...]:
+    """The five test keys, or ``count`` deterministic made-up ones for scaling runs."""
+    if count == len(DEFAULT_KEYS):
+        return DEFAULT_KEYS
+    return tuple(hashlib.sha256(f"bench-key-{i}".encode()).hexdigest()[:32].upper() for i in range(count))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, object]:
+    """Client counters and latency histograms from its Prometheus endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    values: dict[str, object] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter" and not family.samples[0].labels:
+            values[family.name] = family.samples[0].value
+        elif family.type == "histogram":
+            buckets = [(float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket")]
+            total = next(s.value for s in family.samples if s.name.endswith("_sum"))
+            values[family.name] = (buckets, total)
+    return values
+
+
+def window_percentile(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float:
+    """The q-th percentile (ms) of the samples recorded between two scrapes, interpolated within a bucket."""
+    counts = [(bound, a - b) for (bound, a), (_, b) in zip(after, before)]
+    total = counts[-1][1]
+    if total <= 0:
+        return 0.0
+    rank = q / 100 * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, cumulative in counts:
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return 1000 * lower_bound
+            share = (rank - lower_count) / (cumulative - lower_count) if cumulative > lower_count else 1.0
+            return 1000 * (lower_bound + share * (bound - lower_bound))
+        lower_bound, lower_count = bound, cumulative
+    return 1000 * lower_bound
+
+
+def run_mode(mode: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str]) -> BenchRow:
+    keys_file = workdir / "keys.txt"
+    keys_file.write_text("\n".join(keys) + "\n")
+    run_dir = workdir / mode
+    run_dir.mkdir()
+    with ServerProcess("--keys-file", str(keys_file)) as server:
+        port = free_port()
+        command = client_command(
+            server.url, run_dir, "--keys-file", str(keys_file), "--load", mode,
+            "--duration", str(warmup + seconds + 1), "--metrics-port", str(port), "--log-level", "WARNING", *extra,
+        )
+        client = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        try:
+            return _measure(mode, keys, seconds, warmup, server, client, port, run_dir)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+
+
+def _measure(
+    mode: str, keys: tuple[str, ...], seconds: float, warmup: float, server: ServerProcess,
+    client: subprocess.Popen, port: int, run_dir: Path,
+) -> BenchRow:
+    started = time.monotonic()
+    process = psutil.Process(client.pid)
+    time.sleep(max(0.0, started + warmup - time.monotonic()))
+    stats0, metrics0, cpu0 = server.stats(), scrape(port), process.cpu_times()
+    window_start = time.monotonic()
+    per_second: list[float] = []
+    previous = stats0["totals"]["accepted"]
+    peak_rss = process.memory_info().rss
+    for tick in range(1, int(seconds) + 1):
+        time.sleep(max(0.0, window_start + tick - time.monotonic()))
+        accepted = server.stats()["totals"]["accepted"]
+        per_second.append(accepted - previous)
+        previous = accepted
+        peak_rss = max(peak_rss, process.memory_info().rss)
+    stats1, metrics1, cpu1 = server.stats(), scrape(port), process.cpu_times()
+    elapsed = time.monotonic() - window_start
+    exit_code = client.wait(timeout=warmup + seconds + 60)
+    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
+
+    def server_delta(name: str) -> int:
+        return stats1["totals"][name] - stats0["totals"][name]
+
+    def client_delta(name: str) -> float:
+        return float(metrics1[f"thread_client_{name}"]) - float(metrics0[f"thread_client_{name}"])
+
+    accepted = server_delta("accepted")
+    e2e0, _ = metrics0["thread_client_end_to_end_latency_seconds"]
+    e2e1, _ = metrics1["thread_client_end_to_end_latency_seconds"]
+    rtt0, rtt_sum0 = metrics0["thread_client_attempt_latency_seconds"]
+    rtt1, rtt_sum1 = metrics1["thread_client_attempt_latency_seconds"]
+    attempts = rtt1[-1][1] - rtt0[-1][1]
+    mean_rtt_ms = 1000 * (rtt_sum1 - rtt_sum0) / attempts if attempts else 0.0
+    ceiling = len(keys) * RATE * 1000 / (WINDOW_MS + mean_rtt_ms)
+    created = client_delta("created")
+    cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    return BenchRow(
+        mode=mode,
+        keys=len(keys),
+        seconds=round(elapsed, 2),
+        accepted_per_s=round(accepted / elapsed, 2),
+        ratio_nominal=round(accepted / elapsed / (len(keys) * RATE), 4),
+        ceiling_per_s=round(ceiling, 2),
+        ratio_ceiling=round(accepted / elapsed / ceiling, 4),
+        rate_limited=server_delta("rate_limited"),
+        blocked=server_delta("blocked"),
+        invalid_nonce=server_delta("invalid_nonce"),
+        created=int(created),
+        accepted=int(client_delta("accepted")),
+        accepted_of_created=round(client_delta("accepted") / created, 4) if created else 0.0,
+        graveyard=int(client_delta("graveyard")),
+        expired=int(client_delta("expired")),
+        retries=int(client_delta("retried")),
+        mean_round_trip_ms=round(mean_rtt_ms, 2),
+        latency_p50_ms=round(window_percentile(e2e0, e2e1, 50), 1),
+        latency_p95_ms=round(window_percentile(e2e0, e2e1, 95), 1),
+        latency_p99_ms=round(window_percentile(e2e0, e2e1, 99), 1),
+        cpu_s_per_1000=round(1000 * cpu / accepted, 3) if accepted else 0.0,
+        peak_rss_mib=round(peak_rss / 2**20, 1),
+        identity_holds=bool(summary.get("identity_holds")),
+        client_exit=exit_code,
+        per_second=per_second,
+    )
+
+
+COLUMNS = [
+    ("mode", "mode", "{}"), ("accepted/s", "accepted_per_s", "{:.1f}"), ("/nominal", "ratio_nominal", "{:.3f}"),
+    ("ceiling", "ceiling_per_s", "{:.1f}"), ("/ceiling", "ratio_ceiling", "{:.3f}"), ("429 rl", "rate_limited", "{}"),
+    ("429 blk", "blocked", "{}"), ("400", "invalid_nonce", "{}"), ("created", "created", "{}"),
+    ("acc/created", "accepted_of_created", "{:.4f}"), ("graveyard", "graveyard", "{}"), ("expired", "expired", "{}"),
+    ("retries", "retries", "{}"), ("p50 ms", "latency_p50_ms", "{:.0f}"), ("p95 ms", "latency_p95_ms", "{:.0f}"),
+    ("p99 ms", "latency_p99_ms", "{:.0f}"), ("rtt ms", "mean_round_trip_ms", "{:.1f}"),
+    ("CPU s/1000", "cpu_s_per_1000", "{:.3f}"), ("RSS MiB", "peak_rss_mib", "{:.1f}"),
+]
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    cells = [[title for title, _, _ in COLUMNS]]
+    cells += [[fmt.format(getattr(row, field)) for _, field, fmt in COLUMNS] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    lines = ["| " + " | ".join(cell.rjust(width) for cell, width in zip(line, widths)) + " |" for line in cells]
+    lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    return "\n".join(lines)
+
+
+def verdicts(row: BenchRow) -> list[str]:
+    """The figures the project aims for, each marked met or missed."""
+    checks = [
+        ("identity exact, client exit 0", row.identity_holds and row.client_exit == 0),
+        ("0 rate-limited, 0 blocked", row.rate_limited == 0 and row.blocked == 0),
+        ("CPU <= 1.0 s per 1000 accepted", row.cpu_s_per_1000 <= 1.0),
+    ]
+    if row.mode == "saturate":
+        checks += [
+            (">= 93 accepted/s (5 keys)", row.keys != 5 or row.accepted_per_s >= 93),
+            (">= 0.98 of the strike-free ceiling", row.ratio_ceiling >= 0.98),
+            ("invalid nonce < 1 per 10,000", row.invalid_nonce * 10_000 < max(row.accepted_per_s * row.seconds, 1)),
+        ]
+    else:
+        checks += [
+            ("accepted >= 99% of created", row.accepted_of_created >= 0.99),
+            ("graveyard 0, 0 invalid nonce", row.graveyard == 0 and row.invalid_nonce == 0),
+            ("end-to-end p99 < 1000 ms", row.latency_p99_ms < 1000),
+        ]
+    return [f"  [{'met' if ok else 'MISSED'}] {row.mode}: {text}" for text, ok in checks]
+
+
+def plot(rows: list[BenchRow], path: Path) -> None:
+    figure, axes = new_figure(9, 4.5)
+    for row in rows:
+        axes.plot(range(1, len(row.per_second) + 1), row.per_second, label=f"{row.mode} ({row.accepted_per_s:.1f}/s)")
+    nominal = rows[0].keys * RATE
+    axes.axhline(nominal, color="black", linestyle="--", linewidth=1, label=f"nominal ceiling {nominal}/s")
+    ceiling = rows[0].ceiling_per_s
+    axes.axhline(ceiling, color="red", linestyle=":", linewidth=1.2, label=f"strike-free ceiling {ceiling:.1f}/s")
+    axes.set_xlabel("second of the counted window")
+    axes.set_ylabel("accepted per second (server's count)")
+    axes.set_title(f"thread_client against the reference server, {rows[0].keys} keys")
+    axes.set_ylim(0, nominal * 1.15)
+    axes.legend(loc="lower right")
+    save_figure(figure, axes, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", 60)),
+                        help="counted window per mode (env BENCH_SECONDS, default 60)")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds not counted at the start (default 5)")
+    parser.add_argument("--keys", type=int, default=int(os.environ.get("BENCH_KEYS", 5)),
+                        help="number of API keys (env BENCH_KEYS, default 5)")
+    parser.add_argument("--modes", default="saturate,exercise", help="comma-separated (default saturate,exercise)")
+    parser.add_argument("--json", default=os.environ.get("BENCH_JSON", "bench-results.json"), help="results file")
+    parser.add_argument("--plot", default=str(REPO_ROOT / "img" / "bench.png"), help="plot file ('' for none)")
+    parser.add_argument("client_args", nargs="*", help="extra client arguments, after --")
+    args = parser.parse_args(argv)
+    if args.seconds < 1 or args.warmup < 2 or args.keys < 1:
+        parser.error("need --seconds >= 1, --warmup >= 2 and --keys >= 1")
+    keys = bench_keys(args.keys)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="thread-client-bench-") as workdir:
+        for mode in args.modes.split(","):
+            print(f"bench: {mode}, {len(keys)} keys, {args.warmup:g} s warm-up + {args.seconds:g} s counted ...", flush=True)
+            rows.append(run_mode(mode, keys, args.seconds, args.warmup, Path(workdir), args.client_args))
+    print(format_table(rows))
+    for row in rows:
+        print("\n".join(verdicts(row)))
+    Path(args.json).write_text(json.dumps([asdict(row) for row in rows], indent=2) + "\n")
+    print(f"results: {args.json}")
+    if args.plot:
+        plot(rows, Path(args.plot))
+        print(f"plot: {args.plot}")
+    return 0 if all(row.identity_holds and row.client_exit == 0 for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Start, query and stop the reference exchange server as a child process (bench, chaos run, tests)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["REPO_ROOT", "SERVER_SCRIPT", "ServerProcess"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVER_SCRIPT = REPO_ROOT / "original_server.py"
+_READY_PREFIX = "exchange server listening on "
+
+
+class ServerProcess:
+    """The reference server on a free loopback port, as a context manager.
+
+    ``port`` is chosen by the OS on the first start and kept across
+    ``restart()``, so a client pointed at ``url`` finds the server again.
+    """
+
+    def __init__(self, *args: str, port: int = 0, start_timeout: float = 15.0) -> None:
+        self.args = list(args)
+        self.port = port
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen[str] | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<ServerProcess {state} port={self.port} args={self.args}>"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> "ServerProcess":
+        """Start the server and return once it listens; raises RuntimeError if it does not."""
+        command = [sys.executable, str(SERVER_SCRIPT), "--port", str(self.port), *self.args]
+        self._process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        line = self._read_ready_line()
+        self.port = int(line.rsplit(":", 1)[1].split()[0])
+        return self
+
+    def _read_ready_line(self) -> str:
+        process = self._process
+        if process is None or process.stdout is None:
+            raise RuntimeError("server process is not started")
+        # Bounds the blocking read: a server that never prints its ready line is killed.
+        timer = threading.Timer(self._start_timeout, process.kill)
+        timer.daemon = True
+        timer.start()
+        try:
+            for line in process.stdout:
+                if line.startswith(_READY_PREFIX):
+                    return line[len(_READY_PREFIX):].strip()
+        finally:
+            timer.cancel()
+        raise RuntimeError(f"reference server did not start: exit code {process.wait()}")
+
+    def stats(self, timeout: float = 5.0) -> dict:
+        """The server's ground truth from ``GET /api/stats``."""
+        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout) as answer:
+            return json.load(answer)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        """Send ``sig`` and wait for the exit; returns the exit code (None if it was not running)."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        return process.returncode
+
+    def restart(self) -> None:
+        """Stop and start again on the same port, with fresh state."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start() if not self.running else self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
