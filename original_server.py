@@ -280,9 +280,12 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         else:
             if fault == "stall":
                 time.sleep(STALL_S)
+            # A server that names a pause says "come back later": 503 with Retry-After; else a plain 500.
             retry_after = self.server.retry_after
-            extra = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
-            self._answer(500, error_body(f"internal error ({fault})"), headers=extra)
+            if retry_after is not None:
+                self._answer(503, error_body(f"unavailable ({fault})"), headers={"Retry-After": f"{retry_after:g}"})
+            else:
+                self._answer(500, error_body(f"internal error ({fault})"))
 
     def _answer(
         self, status: int, payload: dict | None, raw: bytes = b"", close: bool = False, headers: dict[str, str] | None = None
@@ -371,7 +374,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stall-rate", type=float, default=0.0, help=f"probability of answering only after {STALL_S:g} s (default 0)")
     parser.add_argument("--block-keys", default="", help="comma-separated keys that start blocked")
     parser.add_argument("--retry-after", type=float, metavar="SECONDS",
-                        help="send this Retry-After header with every injected 500 (default none)")
+                        help="injected failures answer 503 with this Retry-After header instead of a plain 500 (default none)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:

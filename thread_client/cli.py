@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.handlers
+import math
+import os
 import signal
 import sys
-from types import FrameType
+from pathlib import Path
+from typing import Callable
 
 from .clock import Clock, monotonic
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, load_keys
 from .daemon import Daemon
 from .errors import ConfigError
+from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
 from .io.sources import LOADS, SyntheticSource
-from .io.transport import Transport
+from .io.transport import Transport, tls_context
 from .limits.keys import KeyPool
 from .policy.retry import RetryPolicy
 
@@ -24,7 +28,7 @@ __all__ = ["build_config", "build_daemon", "main"]
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
+    "url", "ca_file", "max_retry_after", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "metrics_port",
 )
 
@@ -34,37 +38,69 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _bounded(kind: type[int] | type[float], low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """An argparse ``type`` that reads a finite number within [low, high]; the message names the unit."""
+    shown = f" {unit}" if unit else ""
+
+    def read(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}{shown}, got {text}")
+        return value
+
+    read.__name__ = kind.__name__  # argparse names the type in its own messages
+    return read
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Push a stream of requests through several API keys of a rate-limited exchange, "
         "as fast as the limits allow, without tripping them and without losing a request.",
         epilog=f"Keys: --keys-file, else ${KEYS_ENV} (comma or space separated), else the reference "
-        "server's public test keys. Exit codes: 0 clean stop, 1 accounting or thread failure, "
-        "2 bad arguments, 3 every key blocked.",
+        f"server's public test keys. {EXIT_HELP}",
     )
     add = p.add_argument
-    add("--url", default=DEFAULT_URL, help="exchange base URL (default %(default)s)")
+    add("--url", default=DEFAULT_URL,
+        help="the exchange: its base (http[s]://HOST[:PORT]) or the full endpoint (.../api/request) (default %(default)s)")
+    add("--ca-file", metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
     add("--keys-file", metavar="PATH", help="file with one API key per line ('#' comments allowed)")
-    add("--rate", type=int, default=20, help="requests per key per window, as the server enforces (default %(default)s)")
-    add("--window-ms", type=float, default=1001, help="a slot frees this long after its answer (default %(default)s)")
-    add("--order-latency-ms", type=float, default=55,
+    add("--rate", type=_bounded(int, 1, 10_000), default=20,
+        help="requests per key per window, as the server enforces (default %(default)s)")
+    add("--window-ms", type=_bounded(float, 1, 3_600_000, "ms"), default=1001,
+        help="a slot frees this long after its answer (default %(default)s)")
+    add("--order-latency-ms", type=_bounded(float, 0, 60_000, "ms"), default=55,
         help="a send may follow the previous one on its key after this long, even unanswered (default %(default)s)")
-    add("--ttl-ms", type=float, default=1000, help="time-to-live of each attempt (default %(default)s)")
-    add("--http-timeout-ms", type=float, default=1000, help="HTTP timeout of each attempt (default %(default)s)")
-    add("--max-retries", type=int, default=5, help="retries before a request goes to the graveyard (default %(default)s)")
-    add("--queue-size", type=int, default=50, help="main queue bound: the producer waits when it is full (default %(default)s)")
-    add("--threads-per-key", type=int, default=2,
+    add("--ttl-ms", type=_bounded(float, 1, 86_400_000, "ms"), default=1000,
+        help="how long a request may wait for a rate-limit slot; past it, it goes back to the queue with a "
+        "fresh time-to-live, counted as expired, at no cost to its retries (default %(default)s)")
+    add("--http-timeout-ms", type=_bounded(float, 1, 600_000, "ms"), default=1000,
+        help="HTTP timeout of each attempt (default %(default)s)")
+    add("--max-retries", type=_bounded(int, 0, 1000), default=5,
+        help="failed attempts a request may retry before it goes to the graveyard (default %(default)s)")
+    add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=600, metavar="SECONDS",
+        help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
+        "(default %(default)s)")
+    add("--queue-size", type=_bounded(int, 1, 1_000_000), default=50,
+        help="main queue bound: the producer waits when it is full (default %(default)s)")
+    add("--threads-per-key", type=_bounded(int, 1, 64), default=2,
         help="worker threads per key, i.e. requests in flight per key (default %(default)s)")
     add("--load", choices=LOADS, default="exercise",
         help="exercise: the original load, randint(0, 21) ms between requests; saturate: keep the queue full")
-    add("--duration", type=float, default=0, metavar="SECONDS", help="stop after this long; 0 runs until stopped")
-    add("--metrics-interval", type=float, default=5, metavar="SECONDS", help="seconds between metrics blocks (default %(default)s)")
-    add("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
+    add("--duration", type=_bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
+        help="stop after this long; 0 runs until stopped")
+    add("--metrics-interval", type=_bounded(float, 0.1, 86_400, "s"), default=5, metavar="SECONDS",
+        help="seconds between metrics blocks (default %(default)s)")
+    add("--metrics-port", type=_bounded(int, 0, 65_535), metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
     add("--log-level", choices=LOG_LEVELS, default="INFO", help="default %(default)s; DEBUG logs every request")
     add("--log-file", metavar="PATH", help="also log to this file, rotated by size")
-    add("--log-max-bytes", type=int, default=10 * 1024 * 1024, help="rotate the log file at this size (default %(default)s)")
-    add("--log-backups", type=int, default=3, help="rotated log files kept (default %(default)s)")
+    add("--log-max-bytes", type=_bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
+        help="rotate the log file at this size (default %(default)s)")
+    add("--log-backups", type=_bounded(int, 0, 1000), default=3, help="rotated log files kept (default %(default)s)")
     add("--graveyard", default="graveyard.jsonl", metavar="PATH",
         help="JSON-lines file of requests that were never accepted (default %(default)s)")
     add("--summary-json", metavar="PATH", help="write the final summary here as JSON")
@@ -76,8 +112,13 @@ def build_config(argv: list[str] | None = None) -> Config:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        for flag, path in (("--graveyard", args.graveyard), ("--summary-json", args.summary_json),
+                           ("--log-file", args.log_file)):
+            _check_writable(flag, path)
+        keys, keys_source = load_keys(args.keys_file)
         return Config(
-            keys=load_keys(args.keys_file),
+            keys=keys,
+            keys_source=keys_source,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
@@ -89,9 +130,25 @@ def build_config(argv: list[str] | None = None) -> Config:
         raise  # unreachable: error() exits
 
 
+def _check_writable(flag: str, path: str | None) -> None:
+    """Refuse, before anything starts, an output file that could not be written at the end."""
+    if path is None:
+        return
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory")
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: no such directory {folder}")
+    if not os.access(target if target.exists() else folder, os.W_OK):
+        raise ConfigError(f"{flag} {path}: permission denied")
+
+
 def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     """The daemon with today's parts: the synthetic load, the graveyard file, this process's own
-    keys, one ``http.client`` connection per worker. Raises OSError if the graveyard cannot be opened."""
+    keys, one ``http.client`` connection per worker (HTTPS verified against the system store or
+    ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
+    context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     keys = KeyPool.local(
         config.keys, rate=config.rate, window=config.window, order_latency=config.order_latency,
         unanswered_hold=config.http_timeout, clock=clock,
@@ -101,8 +158,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         source=SyntheticSource(config.load),
         graveyard=Graveyard(config.graveyard),
         keys=keys,
-        transports=lambda key: Transport(config.url, key.secret, config.http_timeout),
-        policy=RetryPolicy(max_retries=config.max_retries),
+        transports=lambda key: Transport(config.url, key.secret, config.http_timeout, ssl_context=context),
+        policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after),
         clock=clock,
     )
 
@@ -128,19 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _configure_logging(config)
         daemon = build_daemon(config)
+        daemon.stop_latch.catch_signals(signal.SIGINT, signal.SIGTERM)  # before any thread starts
         daemon.start()
     except OSError as exc:
-        print(f"{PROG}: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        daemon.request_stop(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     summary = daemon.run()
     print(summary.text(), flush=True)
     if config.summary_json:

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 from .io.sources import LOADS
 
-__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_URL", "KEYS_ENV", "load_keys"]
+__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "load_keys"]
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 KEYS_ENV = "THREAD_CLIENT_KEYS"
@@ -22,6 +22,7 @@ DEFAULT_KEYS = (
     "EUU46ID478HOO7GOXFASKPOZ9P91XGYS",
     "46V5EZ5K2DFAGW85J18L50SGO25WJ5JE",
 )
+DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -31,12 +32,15 @@ class Config:
 
     url: str = DEFAULT_URL
     keys: tuple[str, ...] = DEFAULT_KEYS
+    keys_source: str = DEFAULT_KEYS_SOURCE
+    ca_file: str | None = None
     rate: int = 20
     window: float = 1.001
     order_latency: float = 0.055
     ttl: float = 1.0
     http_timeout: float = 1.0
     max_retries: int = 5
+    max_retry_after: float = 600.0
     queue_size: int = 50
     threads_per_key: int = 2
     load: str = "exercise"
@@ -56,8 +60,8 @@ class Config:
             port = url.port
         except ValueError as exc:
             raise ConfigError(f"--url {self.url!r} has an invalid port") from exc
-        if url.scheme != "http" or not url.hostname or url.query or url.fragment:
-            raise ConfigError(f"--url must look like http://HOST[:PORT], got {self.url!r}")
+        if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+            raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {self.url!r}")
         if port == 0:
             raise ConfigError(f"--url {self.url!r} has an invalid port")
         if not self.keys:
@@ -68,7 +72,7 @@ class Config:
                   queue_size=self.queue_size, threads_per_key=self.threads_per_key,
                   metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)
         _not_negative(order_latency=self.order_latency, max_retries=self.max_retries,
-                      duration=self.duration, log_backups=self.log_backups)
+                      max_retry_after=self.max_retry_after, duration=self.duration, log_backups=self.log_backups)
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:
@@ -89,9 +93,11 @@ def _not_negative(**values: float) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must not be negative, got {value}")
 
 
-def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, ...]:
-    """API keys from ``path`` (one per line; blank lines and ``#`` comments skipped), else from
-    the ``THREAD_CLIENT_KEYS`` variable (comma or white-space separated), else the test keys.
+def load_keys(
+    path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ
+) -> tuple[tuple[str, ...], str]:
+    """API keys and where they came from: ``path`` (one per line; blank lines and ``#`` comments
+    skipped), else the ``THREAD_CLIENT_KEYS`` variable (comma or white-space separated), else the test keys.
 
     Raises ConfigError naming the file (never a key) when it is missing, unreadable,
     empty, or lists a key twice.
@@ -109,11 +115,11 @@ def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.
         keys = environ[KEYS_ENV].replace(",", " ").split()
         source = f"${KEYS_ENV}"
     else:
-        return DEFAULT_KEYS
+        return DEFAULT_KEYS, DEFAULT_KEYS_SOURCE
     if not keys:
         raise ConfigError(f"{source} holds no keys")
     if any(" " in key or "\t" in key for key in keys):
         raise ConfigError(f"{source}: a key contains white space")
     if len(set(keys)) != len(keys):
         raise ConfigError(f"{source} lists a key twice")
-    return tuple(keys)
+    return tuple(keys), source

@@ -10,12 +10,13 @@ from typing import Callable, Sequence
 from .clock import Clock, monotonic
 from .config import Config
 from .errors import ConfigError
+from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND
 from .flow.producer import Producer, RequestSource
 from .flow.queues import QueueManager
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
-from .io.transport import Transport
+from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
 from .observe.metrics import Metrics
 from .observe.prometheus import MetricsServer
@@ -23,13 +24,15 @@ from .observe.report import MetricsReporter, QueueMonitor
 from .observe.status import DaemonStatus, KeyStatus
 from .observe.summary import Summary
 from .policy.retry import RetryPolicy
+from .stop_latch import StopLatch
 from .threads import ManagedThread
 
-__all__ = ["ALL_KEYS_BLOCKED", "Daemon", "TransportFactory"]
+__all__ = ["Daemon", "TransportFactory"]
 
 log = logging.getLogger(__name__)
 
-ALL_KEYS_BLOCKED = "all keys blocked"
+#: Stop reasons whose queued work is buried under their own name (not "shutdown").
+_DRAIN_REASONS = {ALL_KEYS_RETIRED: ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND: f"stopped: {ENDPOINT_NOT_FOUND}"}
 
 #: Makes the connection one worker thread of a key sends through.
 TransportFactory = Callable[[ApiKey], Transport]
@@ -60,8 +63,7 @@ class Daemon:
     ) -> None:
         self.config = config
         self._clock = clock
-        self._stop_requested = threading.Event()
-        self._stop_reason = "stopped"
+        self.stop_latch = StopLatch()
         # Each stage of the shutdown has its own event, set in dependency order.
         self._stop_producer = threading.Event()
         self._stop_requeue = threading.Event()
@@ -76,7 +78,7 @@ class Daemon:
         self.workers = [
             Worker(
                 key, self.queues, self.metrics, transports(key), policy, self._stop_workers,
-                index=index, on_key_retired=self._on_key_retired, clock=clock,
+                index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -121,22 +123,25 @@ class Daemon:
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(
-            "thread_client started: %d keys x %d threads against %s",
-            len(self.keys), self.config.threads_per_key, self.config.url,
+            "thread_client started: %s (%s) x %s against %s",
+            _count(len(self.keys), "key"), self.config.keys_source, _count(self.config.threads_per_key, "thread"),
+            endpoint_of(self.config.url),
         )
 
     def request_stop(self, reason: str = "stopped") -> None:
-        """Ask ``run()`` to shut down; safe from any thread and from a signal handler."""
-        if not self._stop_requested.is_set():
-            self._stop_reason = reason
-            self._stop_requested.set()
+        """Ask ``run()`` to shut down; safe from any thread. Signals reach ``stop_latch`` directly
+        (``stop_latch.catch_signals()``); the first reason wins."""
+        self.stop_latch.request(reason)
+
+    @property
+    def _stop_reason(self) -> str:
+        return self.stop_latch.reason or "stopped"
 
     def run(self) -> Summary:
         """Run until stopped (or for ``config.duration`` seconds if set) and return the summary."""
         if self._started_at is None:
             self.start()
-        finished = self._stop_requested.wait(self.config.duration or None)
-        if not finished:
+        if self.stop_latch.wait(self.config.duration or None) is None:
             self.request_stop("duration reached")
         return self.shutdown()
 
@@ -153,10 +158,24 @@ class Daemon:
             histograms=self.metrics.histograms(list(latency_bounds)),
         )
 
-    def _on_key_retired(self, key: ApiKey) -> None:
-        if self.keys.all_retired:
-            log.error("every API key is retired (%s): nothing can be sent any more", ALL_KEYS_BLOCKED)
-            self.request_stop(ALL_KEYS_BLOCKED)
+    def _on_key_retired(self, key: ApiKey, detail: str) -> None:
+        """One ERROR line per retired key, saying what follows for the rest."""
+        what = f"key {key.name} retired ({key.retired_because}: {detail})"
+        if not self.keys.all_retired:
+            active = len(self.keys) - len(self.keys.retired())
+            log.error("%s; the other %s carr%s its work", what, _count(active, "key"), "ies" if active == 1 else "y")
+            return
+        if len(self.keys) == 1:
+            log.error("%s: it was the only key, nothing can be sent", what)
+        else:
+            log.error("%s: every API key is retired, nothing can be sent", what)
+        self.request_stop(ALL_KEYS_RETIRED)
+
+    def _on_stop(self, reason: str, message: str) -> None:
+        """A worker found that nothing can work (the endpoint is wrong): one ERROR line, then stop."""
+        if self.stop_latch.reason is None:
+            log.error("%s; stopping", message)
+        self.request_stop(reason)
 
     def shutdown(self, join_timeout: float | None = None) -> Summary:
         """Stop in dependency order and return the summary; idempotent.
@@ -171,7 +190,7 @@ class Daemon:
                 return self._summary
             self.request_stop()
             timeout = join_timeout if join_timeout is not None else self.config.http_timeout + 2.0
-            drain_reason = self._stop_reason if self._stop_reason == ALL_KEYS_BLOCKED else "shutdown"
+            drain_reason = _DRAIN_REASONS.get(self._stop_reason, "shutdown")
             self._stop_producer.set()
             self._join([self.producer], timeout)
             self._stop_requeue.set()
@@ -187,6 +206,7 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.graveyard.close()
+            self.stop_latch.close()
             started = self._started_at if self._started_at is not None else self._clock()
             self._summary = Summary(
                 counts=self.queues.counts(),
@@ -207,3 +227,7 @@ class Daemon:
                 thread.join(timeout)
                 if thread.is_alive():
                     log.error("thread %s did not stop within %.1f s", thread.name, timeout)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import KEYS, ROOT
 from thread_client.cli import build_config
-from thread_client.config import KEYS_ENV, load_keys
+from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, load_keys
+from thread_client.io.transport import endpoint_of
 from thread_client.errors import ConfigError
 
 
@@ -19,20 +20,31 @@ from thread_client.errors import ConfigError
     "argv, message",
     [
         (["--bogus"], "unrecognized arguments"),
-        (["--rate", "0"], "--rate must be positive"),
-        (["--rate", "-3"], "--rate must be positive"),
-        (["--ttl-ms", "0"], "--ttl must be positive"),
-        (["--queue-size", "0"], "--queue-size must be positive"),
-        (["--threads-per-key", "0"], "--threads-per-key must be positive"),
-        (["--max-retries", "-1"], "--max-retries must not be negative"),
-        (["--duration", "-5"], "--duration must not be negative"),
-        (["--rate", "fast"], "invalid int value"),
+        (["--rate", "0"], "argument --rate: must be between 1 and 10000, got 0"),
+        (["--rate", "-3"], "argument --rate: must be between 1 and 10000, got -3"),
+        (["--ttl-ms", "0"], "argument --ttl-ms: must be between 1 and 8.64e+07 ms, got 0"),
+        (["--ttl-ms", "-1"], "argument --ttl-ms: must be between"),
+        (["--queue-size", "0"], "argument --queue-size: must be between 1"),
+        (["--threads-per-key", "0"], "argument --threads-per-key: must be between 1 and 64"),
+        (["--max-retries", "-1"], "argument --max-retries: must be between 0"),
+        (["--duration", "-5"], "argument --duration: must be between 0"),
+        (["--duration", "inf"], "argument --duration: must be between 0"),
+        (["--duration", "nan"], "argument --duration: must be between 0"),
+        (["--duration", "1e12"], "argument --duration: must be between 0"),
+        (["--http-timeout-ms", "1e15"], "argument --http-timeout-ms: must be between 1 and 600000 ms"),
+        (["--metrics-interval", "inf"], "argument --metrics-interval: must be between 0.1 and 86400 s"),
+        (["--max-retry-after", "-1"], "argument --max-retry-after: must be between 0"),
+        (["--rate", "fast"], "argument --rate: not an integer: 'fast'"),
+        (["--window-ms", "soon"], "argument --window-ms: not a number: 'soon'"),
         (["--url", "localhost:9999"], "--url must look like"),
         (["--url", "http://127.0.0.1:99999"], "invalid port"),
         (["--url", "ftp://127.0.0.1"], "--url must look like"),
         (["--load", "crazy"], "invalid choice"),
-        (["--metrics-port", "70000"], "--metrics-port"),
+        (["--metrics-port", "70000"], "argument --metrics-port: must be between 0 and 65535"),
         (["--keys-file", "/nonexistent/keys.txt"], "cannot read keys file /nonexistent/keys.txt"),
+        (["--summary-json", "/no/such/dir/s.json"], "--summary-json /no/such/dir/s.json: no such directory /no/such/dir"),
+        (["--graveyard", "/no/such/dir/g.jsonl"], "--graveyard /no/such/dir/g.jsonl: no such directory"),
+        (["--log-file", "/"], "--log-file / is a directory"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
@@ -46,7 +58,7 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 def test_keys_file_rules(tmp_path):
     good = tmp_path / "keys.txt"
     good.write_text(f"# production keys\n{KEYS[0]}\n\n  {KEYS[1]}  \n")
-    assert load_keys(str(good)) == KEYS[:2]
+    assert load_keys(str(good)) == (KEYS[:2], f"keys file {good}")
     for name, text, message in [
         ("empty.txt", "", "holds no keys"),
         ("blank.txt", "\n\n# only comments\n", "holds no keys"),
@@ -70,8 +82,15 @@ def test_unreadable_keys_file(tmp_path):
 
 
 def test_keys_from_the_environment():
-    assert load_keys(None, {KEYS_ENV: f"{KEYS[0]}, {KEYS[1]}\n{KEYS[2]}"}) == KEYS[:3]
-    assert load_keys(None, {}) == KEYS
+    assert load_keys(None, {KEYS_ENV: f"{KEYS[0]}, {KEYS[1]}\n{KEYS[2]}"}) == (KEYS[:3], f"${KEYS_ENV}")
+    assert load_keys(None, {}) == (KEYS, DEFAULT_KEYS_SOURCE)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9999", "http://127.0.0.1:9999/", "https://exchange.example",
+                                 "http://127.0.0.1:9999/api/request", "https://host/prefix/api/request"])
+def test_the_url_may_be_the_base_or_the_full_endpoint(url):
+    assert build_config(["--url", url]).url == url
+    assert endpoint_of(url).endswith("/api/request") and "/api/request/api" not in endpoint_of(url)
 
 
 def test_help_and_a_bad_run_from_the_shell():
@@ -82,7 +101,7 @@ def test_help_and_a_bad_run_from_the_shell():
         [sys.executable, "-m", "thread_client", "--queue-size", "0"], capture_output=True, text=True, env=env, timeout=30
     )
     assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
-    assert bad.stderr.strip() == "thread-client: error: --queue-size must be positive, got 0"
+    assert bad.stderr.strip() == "thread-client: error: argument --queue-size: must be between 1 and 1e+06, got 0"
 
 
 def test_unusable_paths_and_ports_exit_2_with_nothing_started(tmp_path):
@@ -93,8 +112,8 @@ def test_unusable_paths_and_ports_exit_2_with_nothing_started(tmp_path):
         port = taken.getsockname()[1]
         for args, message in [
             (["--metrics-port", str(port)], f"cannot serve metrics on port {port}"),
-            (["--graveyard", str(tmp_path / "missing" / "g.jsonl")], "No such file or directory"),
-            (["--log-file", str(tmp_path / "missing" / "c.log")], "No such file or directory"),
+            (["--graveyard", str(tmp_path / "missing" / "g.jsonl")], "no such directory"),
+            (["--log-file", str(tmp_path / "missing" / "c.log")], "no such directory"),
         ]:
             result = subprocess.run([sys.executable, "-m", "thread_client", "--graveyard", str(tmp_path / "g.jsonl"), *args],
                                     capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)

@@ -15,7 +15,7 @@ from thread_client.flow.request import Request
 
 
 def new_request(req_id: int, clock) -> Request:
-    return Request(req_id, clock(), clock() + 1.0)
+    return Request(str(req_id), clock(), clock() + 1.0)
 
 
 @pytest.fixture
@@ -54,13 +54,13 @@ def test_retries_are_served_before_new_requests(manager, clock):
     for req_id in (1, 2):
         assert manager.submit(new_request(req_id, clock), stop)
     first = manager.take(timeout=0)
-    assert first.req_id == 1
+    assert first.req_id == "1"
     manager.retry(first, "timeout", delay=0.1)
     assert not manager.requeue_ready(stop, timeout=0)  # still backing off
     clock.advance(0.1)
     assert manager.requeue_ready(stop, timeout=0)
     assert manager.submit(new_request(3, clock), stop)
-    assert [manager.take(timeout=0).req_id for _ in range(3)] == [1, 2, 3]
+    assert [manager.take(timeout=0).req_id for _ in range(3)] == ["1", "2", "3"]
     assert first.deadline == pytest.approx(clock() + 1.0)  # the retry got a fresh TTL
 
 
@@ -79,7 +79,7 @@ def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(m
     manager.graveyard.close()
     records = [json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines()]
     assert len(records) == 1
-    assert records[0]["req_id"] == 7
+    assert records[0]["req_id"] == "7"
     assert records[0]["reason"] == "retries exhausted: timeout"
     assert records[0]["attempts"] == 3
     assert records[0]["buried"] >= records[0]["created"] > 0

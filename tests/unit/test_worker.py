@@ -41,7 +41,7 @@ def test_worker_survives_an_unexpected_exception(caplog):
     worker = Worker(key, queues, Metrics(), transport, RetryPolicy(max_retries=3, backoff_base=0.01), stop, poll=0.05)
     for req_id in (1, 2, 3):
         now = time.monotonic()
-        queues.submit(Request(req_id, now, now + 5), stop)
+        queues.submit(Request(str(req_id), now, now + 5), stop)
     with caplog.at_level(logging.ERROR):
         worker.start()
         deadline = time.monotonic() + 20

@@ -122,9 +122,10 @@ class QueueManager:
             self._accepted += 1
             self._in_flight -= 1
 
-    def retry(self, request: Request, reason: str, delay: float) -> None:
-        """An in-flight attempt failed and is to be tried again: it waits ``delay`` seconds in the DLQ."""
-        request.note_failure(reason)
+    def retry(self, request: Request, reason: str, delay: float, spend: bool = True) -> None:
+        """An in-flight attempt failed and is to be tried again: it waits ``delay`` seconds in the DLQ
+        (``spend``: the attempt counts against its retry budget)."""
+        request.note_failure(reason, spend)
         self._dlq.put_at(request, self._clock() + delay)
         with self._lock:
             self._in_flight -= 1

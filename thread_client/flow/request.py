@@ -12,20 +12,26 @@ __all__ = ["Request"]
 class Request:
     """Mutable, but owned by exactly one thread at a time (whoever took it from a queue).
 
-    ``created_at`` and ``deadline`` are monotonic seconds; ``created_wall`` is kept only
-    for the graveyard record.
+    ``req_id`` is sent as the contract's ``req_id``. ``created_at`` and ``deadline`` are
+    monotonic seconds; ``created_wall`` is kept only for the graveyard record.
+    ``failures`` counts attempts that spent a retry, ``unsent`` those that could not
+    be sent at all (the exchange unreachable), which cost nothing.
     """
 
-    req_id: int
+    req_id: str
     created_at: float
     deadline: float
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
+    unsent: int = 0
     last_failure: str | None = None
 
-    def note_failure(self, reason: str) -> None:
-        """An attempt failed for ``reason``: it counts against the retry budget."""
-        self.failures += 1
+    def note_failure(self, reason: str, spend: bool = True) -> None:
+        """An attempt failed for ``reason``; ``spend`` says whether it counts against the retry budget."""
+        if spend:
+            self.failures += 1
+        else:
+            self.unsent += 1
         self.last_failure = reason
 
     def renew(self, now: float, ttl: float) -> None:

@@ -6,32 +6,33 @@ import logging
 import threading
 from typing import Callable
 
-from ..limits.keys import ApiKey
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, TransportError
+from ..io.transport import Transport
+from ..limits.keys import ApiKey
+from ..limits.limiter import Permit
 from ..observe.metrics import Metrics
-from ..policy.answers import Outcome, classify
+from ..policy.answers import Outcome, Reading, classify
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
+from ..threads import ManagedThread
 from .queues import QueueManager
 from .request import Request
-from ..threads import ManagedThread
-from ..io.transport import Transport
 
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
-_TRANSPORT_OUTCOMES = {"timeout": Outcome.TIMEOUT, "refused": Outcome.CONNECTION_ERROR, "connection": Outcome.CONNECTION_ERROR}
+_NO_ANSWER = {"timeout": Outcome.TIMEOUT, "reset": Outcome.CONNECTION_RESET, "stale": Outcome.CONNECTION_RESET}
 
 
 class Worker(ManagedThread):
     """One of the threads of an API key, with its own keep-alive connection.
 
     Nothing is logged and dropped: every request taken ends accepted, in the DLQ,
-    handed back (its key retired), or in the graveyard, as ``policy`` decides.
-    An unexpected exception while handling a request is logged with its
-    traceback, it counts as a failed attempt (retried or buried, as the policy
-    says), and the worker goes on.
+    handed back, or in the graveyard, as ``policy`` decides. An unexpected
+    exception while handling a request is logged with its traceback, it counts
+    as a failed attempt (retried or buried, as the policy says), and the worker
+    goes on.
     """
 
     def __init__(
@@ -44,7 +45,8 @@ class Worker(ManagedThread):
         stop: threading.Event,
         *,
         index: int = 0,
-        on_key_retired: Callable[[ApiKey], None] = lambda key: None,
+        on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
+        on_stop: Callable[[str, str], None] = lambda reason, message: None,
         clock: Clock = monotonic,
         poll: float = 0.25,
     ) -> None:
@@ -56,6 +58,7 @@ class Worker(ManagedThread):
         self._policy = policy
         self._stopping = stop
         self._on_key_retired = on_key_retired
+        self._on_stop = on_stop
         self._clock = clock
         self._poll = poll
 
@@ -70,75 +73,119 @@ class Worker(ManagedThread):
                 except Exception:
                     log.exception("%s: unexpected error on request %s", self.name, request.req_id)
                     failure = Outcome.INTERNAL_ERROR
-                    self._carry_out(request, failure, self._policy.decide(failure, request.failures))
+                    self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
         finally:
             self._transport.close()
 
     def _handle(self, request: Request) -> None:
-        limiter = self.key.limiter
-        try:
-            remaining = request.deadline - self._clock()
-            if remaining <= 0:
-                raise LimiterTimeout(self.key.name, 0.0)
-            permit = limiter.acquire(timeout=remaining)
-        except LimiterTimeout:
-            self._metrics.record_attempt(self.key.name, Outcome.EXPIRED)
-            self._carry_out(request, Outcome.EXPIRED, self._policy.decide(Outcome.EXPIRED, request.failures))
+        permit = self._acquire(request)
+        if permit is None:
             return
-        except LimiterClosed:
-            # Key retired or shutting down: another key takes it, or the shutdown drain buries it.
-            self._queues.hand_back(request)
-            return
-
-        sent_at = self._clock()
-        try:
-            answer = self._transport.send(permit.nonce, request.req_id)
-        except TransportError as exc:
-            finished_at = self._clock()
-            if exc.kind == "refused":
-                limiter.cancel(permit)
-            else:
-                limiter.release(permit, answered_at=None)
-            outcome, retry_after = _TRANSPORT_OUTCOMES[exc.kind], None
-        except BaseException:
-            limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
-            raise
-        else:
-            finished_at = self._clock()
-            limiter.release(permit, finished_at)
-            outcome, retry_after = classify(answer.status, answer.body, str(request.req_id)), answer.retry_after
+        nonce, sent_at = permit.nonce, self._clock()
+        reading, retry_after = self._exchange(permit, nonce, request, resend=False)
+        if reading is None:
+            reading, retry_after = self._resend_after_stale(permit, request)
+            if reading is None:
+                return
+        finished_at = self._clock()
+        outcome = reading.outcome
         round_trip = finished_at - sent_at
         self._metrics.record_attempt(self.key.name, outcome, round_trip)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, permit.nonce,
+            log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, nonce,
                       self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
-
-        action = self._policy.decide(outcome, request.failures, retry_after)
+        action = self._policy.decide(
+            outcome, request.failures, retry_after, detail=reading.detail, unsent=request.unsent
+        )
         if action.request is RequestStep.ACCEPT:
             self._queues.accept(request)
             self._metrics.record_accepted(finished_at - request.created_at)
             return
-        self._carry_out(request, outcome, action)
+        self._carry_out(request, reading, action, retry_after)
 
-    def _carry_out(self, request: Request, outcome: Outcome, action: Action) -> None:
+    def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading | None, float | None]:
+        """A reused connection the server had closed: send the same nonce once more, on a fresh
+        connection, under a new permit (the first copy may have spent a slot). The same nonce is
+        safe only if no other send on the key came in between (the new permit is the very next);
+        otherwise the first attempt stays what it is, ambiguous. The resend is not an attempt."""
+        self._metrics.record_stale_connection()
+        permit = self._acquire(request)
+        if permit is None:
+            return None, None  # routed (expired or key closed)
+        if permit.sequence != first.sequence + 1:
+            self.key.limiter.cancel(permit)
+            return Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request"), None
+        return self._exchange(permit, first.nonce, request, resend=True)
+
+    def _acquire(self, request: Request) -> Permit | None:
+        """A permit within the request's time-to-live, or None once the request has been routed."""
+        try:
+            remaining = request.deadline - self._clock()
+            if remaining <= 0:
+                raise LimiterTimeout(self.key.name, 0.0)
+            return self.key.limiter.acquire(timeout=remaining)
+        except LimiterTimeout:
+            self._metrics.record_attempt(self.key.name, Outcome.EXPIRED)
+            expired = Reading(Outcome.EXPIRED)
+            self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))
+        except LimiterClosed:
+            # Key retired or shutting down: another key takes it, or the shutdown drain buries it.
+            self._queues.hand_back(request)
+        return None
+
+    def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading | None, float | None]:
+        """Send once and give the permit back as the outcome allows. Returns the reading and the
+        Retry-After, or (None, None) for a stale connection worth one resend."""
+        limiter = self.key.limiter
+        try:
+            answer = self._transport.send(nonce, request.req_id)
+        except TransportError as exc:
+            if exc.kind == "unreachable":
+                limiter.cancel(permit)  # surely never arrived: the slot is free at once
+                return Reading(Outcome.UNREACHABLE, exc.detail), None
+            limiter.release(permit, answered_at=None)
+            if exc.kind == "stale" and not resend:
+                return None, None
+            return Reading(_NO_ANSWER[exc.kind], exc.detail), None
+        except BaseException:
+            limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
+            raise
+        limiter.release(permit, self._clock())
+        if answer.replaced_stale:
+            self._metrics.record_stale_connection()
+        return classify(answer.status, answer.body, request.req_id), answer.retry_after
+
+    def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:
         """Apply a failed attempt's action: first to the key (so no other send slips in), then to the request."""
         limiter = self.key.limiter
         if action.key is KeyStep.HOLD:
             window = limiter.note_rate_limited()
+            limiter.hold(action.key_delay)
             log.error(
-                "%s: 429 rate limited although the window rule forbids it; key held back a window,"
-                " window widened to %.3f s", self.key.name, window,
+                "%s: 429 rate limited although the window rule forbids it (%s); key held back %.1f s,"
+                " window widened to %.3f s", self.key.name, reading.detail, max(window, action.key_delay), window,
             )
+        elif action.key is KeyStep.PAUSE:
+            limiter.hold(action.key_delay)
+            capped = f" (it asked for {retry_after:.0f} s, more than --max-retry-after)" if (
+                retry_after is not None and retry_after > action.key_delay) else ""
+            log.log(logging.WARNING if action.key_delay >= 1 else logging.DEBUG,
+                    "%s: the server asked for a pause: no send on this key for %.1f s%s",
+                    self.key.name, action.key_delay, capped)
         elif action.key is KeyStep.RESYNC:
             order_latency = limiter.note_invalid_nonce()
             log.warning("%s: 400 invalid nonce; order latency widened to %.1f ms", self.key.name, 1000 * order_latency)
         elif action.key is KeyStep.RETIRE and self.key.retire(action.reason):
-            log.error("%s: key %s (%s); it is retired, the other keys carry its work", self.name, action.reason, self.key.name)
-            self._on_key_retired(self.key)
+            self._on_key_retired(self.key, reading.detail)
+        if action.stop:
+            self._on_stop(action.reason, f"{self._transport.endpoint} answered {reading.detail}: "
+                                         "the endpoint is wrong (check --url)")
 
+        outcome = reading.outcome
         if action.request is RequestStep.RETRY:
-            self._queues.retry(request, outcome.value, action.delay)
-            self._metrics.record_retry()
+            self._queues.retry(request, outcome.value, action.delay, spend=action.spend)
+            if action.spend:
+                self._metrics.record_retry()
         elif action.request is RequestStep.HAND_BACK:
             self._queues.hand_back(request)
         else:

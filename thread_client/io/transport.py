@@ -1,68 +1,158 @@
-"""One keep-alive HTTP connection to the exchange, owned by one worker thread."""
+"""One keep-alive HTTP or HTTPS connection to the exchange, owned by one worker thread."""
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import math
+import select
 import socket
+import ssl
+import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from ..errors import TransportError
 
-__all__ = ["Answer", "Transport"]
+__all__ = ["ENDPOINT_PATH", "Answer", "Transport", "endpoint_of", "parse_retry_after", "tls_context"]
+
+#: The contract's endpoint; ``--url`` may name it or only the server's base.
+ENDPOINT_PATH = "/api/request"
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
     body: bytes
-    retry_after: float | None
+    retry_after: float | None  # seconds, from a Retry-After header on a failure answer
+    replaced_stale: bool = False  # the kept connection had been closed by the server and was replaced first
+
+
+def endpoint_of(url: str) -> str:
+    """The full endpoint URL for ``url``, which may be the base (``http://host:port``) or the endpoint itself."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path.endswith(ENDPOINT_PATH):
+        path += ENDPOINT_PATH
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Certificate and host name verification on; the system store, or only ``ca_file`` (a private CA)."""
+    return ssl.create_default_context(cafile=ca_file)
 
 
 class Transport:
-    """Sends ``GET /api/request`` for one API key over one persistent ``http.client`` connection.
+    """Sends ``GET <endpoint>?api_key&nonce&req_id`` for one API key over one persistent connection.
 
-    The stdlib connection is the layer urllib3 and requests are built on; used
-    directly it costs the least CPU per call (see the README's transport note).
-    It reconnects by itself after the server closes the connection, and after
-    any failure the connection is dropped so the next call starts clean. Not
-    thread-safe by design: each worker has its own.
+    The stdlib ``http.client`` connection is the layer urllib3 and requests are
+    built on; used directly it costs the least CPU per call (see the README).
+    Errors are sorted by what they mean for the request (``TransportError.kind``):
+
+    * ``unreachable``: refused, name not resolved, TLS handshake failed or connect
+      timed out; nothing was sent.
+    * ``stale``: a reused keep-alive connection failed before any byte of the
+      answer (the server had closed it); resending the same nonce is safe.
+    * ``timeout`` / ``reset``: the request was written and no answer came; it
+      may have been processed.
+
+    A connection the server closed while idle is noticed before the send (the
+    socket reads as closed) and replaced at no risk. Not thread-safe by design:
+    each worker has its own.
     """
 
-    def __init__(self, base_url: str, api_key: str, timeout: float = 1.0) -> None:
-        url = urlsplit(base_url)
-        self._prefix = f"{url.path.rstrip('/')}/api/request?api_key={quote(api_key)}&nonce="
-        self._connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=timeout)
+    def __init__(self, url: str, api_key: str, timeout: float = 1.0, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        parts = urlsplit(endpoint_of(url))
+        self.endpoint = endpoint_of(url)
+        self._prefix = f"{parts.path}?api_key={quote(api_key)}&nonce="
+        host, port = parts.hostname or "127.0.0.1", parts.port
+        if parts.scheme == "https":
+            context = ssl_context or tls_context()
+            self._connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port or 443, timeout=timeout, context=context
+            )
+        else:
+            self._connection = http.client.HTTPConnection(host, port or 80, timeout=timeout)
 
-    def send(self, nonce: int, req_id: int) -> Answer:
-        """One attempt; raises TransportError when no answer came."""
+    def __repr__(self) -> str:
+        state = "open" if self._connection.sock is not None else "closed"
+        return f"<Transport {self.endpoint} {state}>"
+
+    def send(self, nonce: int, req_id: str) -> Answer:
+        """One attempt; raises TransportError (see the class docstring) when no answer came."""
+        connection = self._connection
+        replaced_stale = connection.sock is not None and _closed_by_peer(connection.sock)
+        if replaced_stale:
+            connection.close()
+        reused = connection.sock is not None
+        if not reused:
+            self._connect()
         try:
-            self._connection.request("GET", f"{self._prefix}{nonce}&req_id={req_id}")
-            response = self._connection.getresponse()
+            connection.request("GET", f"{self._prefix}{nonce}&req_id={quote(req_id)}")
+            response = connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:
+            connection.close()
+            raise TransportError("timeout", "no answer within the HTTP timeout") from exc
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
+            connection.close()
+            raise TransportError("stale" if reused else "reset", f"{type(exc).__name__}: {exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise TransportError("reset", f"{type(exc).__name__}: {exc}") from exc
+        # Retry-After only matters for a failure: no header lookup on the common 200 path.
+        retry_after = None if response.status == 200 else parse_retry_after(response.getheader("Retry-After"))
+        return Answer(response.status, body, retry_after, replaced_stale)
+
+    def _connect(self) -> None:
+        """Open the connection (and TLS session); every failure here means nothing was sent."""
+        try:
+            self._connection.connect()
+        except socket.gaierror as exc:
             self._connection.close()
-            raise TransportError("timeout", type(exc).__name__) from exc
+            raise TransportError("unreachable", f"name not resolved ({exc.strerror})") from exc
         except ConnectionRefusedError as exc:
             self._connection.close()
-            raise TransportError("refused", str(exc)) from exc
-        except (OSError, http.client.HTTPException) as exc:
+            raise TransportError("unreachable", "connection refused") from exc
+        except ssl.SSLError as exc:
             self._connection.close()
-            raise TransportError("connection", f"{type(exc).__name__}: {exc}") from exc
-        # Retry-After only matters for a failure: no header lookup on the common 200 path.
-        retry_after = None if response.status == 200 else _retry_after(response.getheader("Retry-After"))
-        return Answer(response.status, body, retry_after)
+            reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+            raise TransportError("unreachable", f"TLS error ({reason})") from exc
+        except (socket.timeout, TimeoutError) as exc:
+            self._connection.close()
+            raise TransportError("unreachable", "connect timed out") from exc
+        except OSError as exc:
+            self._connection.close()
+            raise TransportError("unreachable", exc.strerror or type(exc).__name__) from exc
 
     def close(self) -> None:
         self._connection.close()
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (the delay form; an HTTP date is ignored). Uncapped:
-    the retry policy holds the one cap."""
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True if an idle keep-alive socket has been closed (or reset) by the server: it reads as ready
+    although no answer is due. Never blocks."""
     try:
-        seconds = float(value) if value else math.nan
-    except ValueError:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds from a Retry-After header: the delay form, or an HTTP date (seconds until then).
+    Uncapped: the retry policy holds the one cap. None if absent or unreadable."""
+    if not value:
         return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when is None or when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
     return max(seconds, 0.0) if math.isfinite(seconds) else None

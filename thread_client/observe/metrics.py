@@ -40,6 +40,8 @@ class MetricsSnapshot:
     failed: int
     retried: int
     expired: int
+    ambiguous: int
+    stale_connections: int
     outcomes: dict[str, int]
     per_key: dict[str, dict[str, int]]
     end_to_end: LatencySummary
@@ -65,6 +67,7 @@ class Metrics:
         self._per_key: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self._outcomes: collections.Counter[str] = collections.Counter()
         self._retried = 0
+        self._stale_connections = 0
         self._end_to_end = LatencyHistogram()
         self._attempt = LatencyHistogram()
 
@@ -89,6 +92,12 @@ class Metrics:
         with self._lock:
             self._retried += 1
 
+    def record_stale_connection(self) -> None:
+        """A kept connection the server had closed was replaced (before a send, or by one resend
+        of the same nonce); not an attempt."""
+        with self._lock:
+            self._stale_connections += 1
+
     def histograms(self, bounds: list[float]) -> dict[str, tuple[list[int], int, float]]:
         """Cumulative bucket counts, count and sum of both histograms (Prometheus export)."""
         with self._lock:
@@ -107,6 +116,8 @@ class Metrics:
                 failed=sum(outcomes.values()) - accepted,
                 retried=self._retried,
                 expired=outcomes.get(Outcome.EXPIRED.value, 0),
+                ambiguous=sum(n for name, n in outcomes.items() if Outcome(name).ambiguous),
+                stale_connections=self._stale_connections,
                 outcomes=outcomes,
                 per_key={key: dict(counts) for key, counts in self._per_key.items()},
                 end_to_end=LatencySummary.of(self._end_to_end),

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..exits import exit_code_for
 from .metrics import MetricsSnapshot
 from ..policy.answers import Outcome
 from ..flow.queues import QueueCounts
@@ -26,10 +27,10 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """0 for a clean run, 3 when every key was retired, 1 when accounting or a thread went wrong."""
+        """1 when accounting or a thread went wrong, else the stop reason's code (see ``exits``)."""
         if not self.counts.balanced or self.threads_died or self.threads_alive:
             return 1
-        return 3 if self.stop_reason == "all keys blocked" else 0
+        return exit_code_for(self.stop_reason)
 
     def as_dict(self) -> dict:
         outcomes = self.metrics.outcomes
@@ -38,6 +39,8 @@ class Summary:
             "identity_holds": self.counts.balanced,
             "retries": self.metrics.retried,
             "expired": self.metrics.expired,
+            "ambiguous_attempts": self.metrics.ambiguous,
+            "stale_connections": self.metrics.stale_connections,
             "rate_limited": outcomes.get(Outcome.RATE_LIMITED.value, 0),
             "invalid_nonce": outcomes.get(Outcome.INVALID_NONCE.value, 0),
             "blocked_keys": sorted(self.retired_keys),
@@ -66,7 +69,9 @@ class Summary:
             f"accepted {self.counts.accepted} ({data['accepted_per_s']:.1f}/s)",
             f"  {self.counts.identity()}",
             f"  retries {data['retries']}  expired {data['expired']}  rate limited {data['rate_limited']}"
-            f"  invalid nonce {data['invalid_nonce']}  graveyard {self.graveyard_by_reason or 0}",
+            f"  invalid nonce {data['invalid_nonce']}  ambiguous {data['ambiguous_attempts']}"
+            f"  stale connections {data['stale_connections']}",
+            f"  graveyard: {_in_words(self.graveyard_by_reason)}",
             f"  end-to-end ms avg {latency['avg']:.1f} p50 {latency['p50']:.1f} p95 {latency['p95']:.1f}"
             f" p99 {latency['p99']:.1f}",
         ]
@@ -75,3 +80,8 @@ class Summary:
         if self.threads_died or self.threads_alive:
             lines.append(f"  threads died: {self.threads_died}  threads still alive: {self.threads_alive}")
         return "\n".join(lines)
+
+
+def _in_words(counts: dict[str, int]) -> str:
+    """``{"shutdown": 13, "retries exhausted": 2}`` as ``shutdown 13, retries exhausted 2`` (``none`` if empty)."""
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda item: -item[1])) or "none"

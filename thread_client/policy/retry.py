@@ -21,7 +21,7 @@ class RequestStep(enum.Enum):
     """What becomes of the request."""
 
     ACCEPT = "accept"  # its journey ends: accepted
-    RETRY = "retry"  # back through the DLQ after ``Action.delay``, spending one retry
+    RETRY = "retry"  # back through the DLQ after ``Action.delay``; spends a retry if ``Action.spend``
     HAND_BACK = "hand back"  # back to the queue at once, at no cost (another key takes it)
     BURY = "bury"  # final: the graveyard, with ``Action.reason``
 
@@ -31,16 +31,23 @@ class KeyStep(enum.Enum):
 
     KEEP = "keep"
     RESYNC = "resync"  # invalid nonce: widen the order rule, push the nonces ahead
-    HOLD = "hold"  # an unexplained 429: hold the key back a window and widen it
+    HOLD = "hold"  # an unexplained 429 (a strike): hold the key back a window, or ``key_delay`` if longer
+    PAUSE = "pause"  # the server asked for a pause (Retry-After): no send on the key for ``key_delay``
     RETIRE = "retire"  # the key is done for good (``Action.reason`` says why)
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
+    """``stop`` asks the daemon to stop (the endpoint is wrong); ``reason`` is the words for the
+    record, the log or the stop."""
+
     request: RequestStep
     key: KeyStep = KeyStep.KEEP
     delay: float = 0.0
     reason: str = ""
+    key_delay: float = 0.0
+    spend: bool = True
+    stop: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,8 @@ class RetryPolicy:
     """Exponential backoff with "equal jitter" and a retry budget per request.
 
     Half of each exponential step is kept and half is random, so retries of a
-    down server never all draw zero. A server's ``Retry-After`` is honoured up
-    to ``max_retry_after``, the one cap on it.
+    down server never all draw zero. A server's ``Retry-After`` pauses the key
+    (not the request) up to ``max_retry_after``, the one cap on it.
     """
 
     max_retries: int = 5
@@ -57,7 +64,7 @@ class RetryPolicy:
     # a server restart of a few seconds before a request is buried.
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
-    max_retry_after: float = 5.0
+    max_retry_after: float = 600.0
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -68,27 +75,41 @@ class RetryPolicy:
         if self.max_retry_after < 0:
             raise ValueError(f"max_retry_after must not be negative, got {self.max_retry_after}")
 
-    def backoff(self, failures: int, retry_after: float | None = None) -> float:
+    def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""
-        if retry_after is not None and retry_after >= 0:
-            return min(retry_after, self.max_retry_after)
         step = min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1))
         return step / 2 + self.rng.uniform(0, step / 2)
 
-    def decide(self, outcome: Outcome, failures: int, retry_after: float | None = None) -> Action:
-        """The action for an attempt that came to ``outcome``.
+    def decide(
+        self, outcome: Outcome, failures: int, retry_after: float | None = None, *, detail: str = "", unsent: int = 0
+    ) -> Action:
+        """The action for an attempt that came to ``outcome`` (the answer table in the README).
 
-        ``failures`` counts the request's failed attempts before this one;
-        ``retry_after`` is the server's Retry-After in seconds, if it sent one.
+        ``failures`` counts the request's earlier attempts that spent a retry, ``unsent``
+        its earlier attempts that could not be sent at all; ``retry_after`` is the
+        server's Retry-After in seconds, ``detail`` its own words.
         """
         if outcome is Outcome.ACCEPTED:
             return Action(RequestStep.ACCEPT)
         if outcome.retires_key:
             return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
+        if outcome is Outcome.ENDPOINT_NOT_FOUND:
+            return Action(RequestStep.HAND_BACK, reason="endpoint not found", stop=True)
+        if outcome is Outcome.REJECTED:
+            return Action(RequestStep.BURY, reason=f"rejected: {detail}" if detail else "rejected")
+        if outcome is Outcome.UNREACHABLE:  # nothing was sent: no retry spent, but no spinning either
+            return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), reason=outcome.value, spend=False)
+        if outcome is Outcome.EXPIRED:  # never sent, only waited its TTL out: back at once, renewed, for free
+            return Action(RequestStep.RETRY, reason=outcome.value, spend=False)
         key = _KEY_STEPS.get(outcome, KeyStep.KEEP)
+        if retry_after is not None and outcome in (Outcome.RATE_LIMITED, Outcome.UNAVAILABLE):
+            # The server named its pause: the key waits it out, the request goes to another key for free.
+            pause = min(retry_after, self.max_retry_after)
+            key = KeyStep.HOLD if outcome is Outcome.RATE_LIMITED else KeyStep.PAUSE
+            return Action(RequestStep.HAND_BACK, key, reason=outcome.value, key_delay=pause)
         if failures + 1 > self.max_retries:
             return Action(RequestStep.BURY, key, reason=f"retries exhausted: {outcome.value}")
-        return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1, retry_after), reason=outcome.value)
+        return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1), reason=outcome.value)
 
 
 _KEY_STEPS = {Outcome.RATE_LIMITED: KeyStep.HOLD, Outcome.INVALID_NONCE: KeyStep.RESYNC}

@@ -1,0 +1,21 @@
+"""Why the daemon stops, and the exit code each reason gives (documented in ``--help`` and the README)."""
+
+from __future__ import annotations
+
+__all__ = ["ALL_KEYS_RETIRED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "NEVER_REACHED", "exit_code_for"]
+
+ALL_KEYS_RETIRED = "all keys retired"
+ENDPOINT_NOT_FOUND = "endpoint not found"
+NEVER_REACHED = "never reached the exchange"
+
+#: 0 is a clean stop; 1 (accounting or thread failure) is decided by the summary itself.
+EXIT_CODES = {ENDPOINT_NOT_FOUND: 2, ALL_KEYS_RETIRED: 3, NEVER_REACHED: 4}
+
+EXIT_HELP = (
+    "Exit codes: 0 clean stop, 1 accounting or thread failure, 2 bad arguments or endpoint not found, "
+    "3 every key retired (blocked, invalid or forbidden), 4 never reached the exchange."
+)
+
+
+def exit_code_for(stop_reason: str) -> int:
+    return EXIT_CODES.get(stop_reason, 0)
