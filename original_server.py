@@ -16,6 +16,7 @@ import json
 import random
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -117,7 +118,7 @@ class ExchangeState:
         for key in blocked_keys:
             self._keys[key].is_blocked = True
         self._invalid_key = 0
-        self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0}
+        self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0, "proxy_429": 0}
 
     def is_known(self, key: str | None) -> bool:
         return key in self._keys
@@ -204,6 +205,8 @@ class ExchangeHandler(BaseHTTPRequestHandler):
     server: "ExchangeServer"
 
     def setup(self) -> None:
+        # A keep-alive connection idle longer than this is closed, as load balancers do (None: never).
+        self.timeout = self.server.idle_timeout
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -248,6 +251,15 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         server = self.server
         state = server.state
         key = params.get("api_key")
+        if key in server.forbidden_keys:
+            server.sleep_latency()
+            self._answer(403, None, raw=b"<html><body><h1>403 Forbidden</h1></body></html>")
+            return
+        if server.draw() < server.proxy_429_rate:
+            # A proxy in front of the exchange refusing on its own: the exchange never sees the request.
+            state.count_fault("proxy_429")
+            self._answer(429, None, raw=b"<html><body><h1>429 Too Many Requests</h1></body></html>")
+            return
         if not state.is_known(key):
             state.count_invalid_key()
             server.sleep_latency()
@@ -296,7 +308,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
-        if close:
+        if close or self.server.close_every_answer:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
@@ -320,9 +332,18 @@ class ExchangeServer(ThreadingHTTPServer):
         seed: int | None = None,
         verbose: bool = False,
         retry_after: float | None = None,
+        *,
+        idle_timeout: float | None = None,
+        close_every_answer: bool = False,
+        forbidden_keys: frozenset[str] = frozenset(),
+        proxy_429_rate: float = 0.0,
     ) -> None:
         self.state = state
         self.retry_after = retry_after
+        self.idle_timeout = idle_timeout
+        self.close_every_answer = close_every_answer
+        self.forbidden_keys = forbidden_keys
+        self.proxy_429_rate = proxy_429_rate
         self.max_latency_ms = max_latency_ms
         self.faults = faults
         self.verbose = verbose
@@ -375,6 +396,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--block-keys", default="", help="comma-separated keys that start blocked")
     parser.add_argument("--retry-after", type=float, metavar="SECONDS",
                         help="injected failures answer 503 with this Retry-After header instead of a plain 500 (default none)")
+    parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                        help="close a keep-alive connection idle this long, as load balancers do (default never)")
+    parser.add_argument("--close-every-answer", action="store_true",
+                        help="answer with 'Connection: close' and close, as an HTTP/1.0-style server does")
+    parser.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", metavar="PATH", help="the private key of --tls-cert (PEM)")
+    parser.add_argument("--forbidden-keys", default="", help="comma-separated keys answered 403, as a firewall would")
+    parser.add_argument("--proxy-429-rate", type=float, default=0.0,
+                        help="probability that a proxy in front answers an HTML 429 on its own (default 0)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -387,6 +417,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--max-429 must be at least 1, got {args.max_429}")
     if args.retry_after is not None and args.retry_after < 0:
         parser.error(f"--retry-after must not be negative, got {args.retry_after}")
+    if args.idle_timeout is not None and not args.idle_timeout > 0:
+        parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
+    if not 0 <= args.proxy_429_rate <= 1:
+        parser.error(f"--proxy-429-rate must be between 0 and 1, got {args.proxy_429_rate}")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
         args.keys = read_keys(args.keys_file) if args.keys_file else DEFAULT_KEYS
@@ -404,11 +440,26 @@ def main(argv: list[str] | None = None) -> int:
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked)
     try:
         server = ExchangeServer(
-            (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after
+            (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
+            idle_timeout=args.idle_timeout, close_every_answer=args.close_every_answer,
+            forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
+            proxy_429_rate=args.proxy_429_rate,
         )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
         return 2
+    scheme = "http"
+    if args.tls_cert:
+        try:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            server.server_close()
+            print(f"original_server.py: error: cannot use --tls-cert/--tls-key: {exc}", file=sys.stderr)
+            return 2
+        # Each connection's TLS handshake runs in its own handler thread, not in the accept loop.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        scheme = "https"
 
     def stop(signum: int, frame: object) -> None:
         # shutdown() blocks until serve_forever returns, so it must run off the main thread.
@@ -420,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, stop)
     host, port = server.server_address[:2]
-    print(f"exchange server listening on http://{host}:{port} ({len(args.keys)} keys)", flush=True)
+    print(f"exchange server listening on {scheme}://{host}:{port} ({len(args.keys)} keys)", flush=True)
     with server:
         server.serve_forever()
     print("exchange server stopped", flush=True)

@@ -30,6 +30,7 @@ PROG = "thread-client"
 _SAME_AS_CONFIG = (
     "url", "ca_file", "max_retry_after", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "metrics_port",
+    "outage_after",
 )
 
 
@@ -84,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=600, metavar="SECONDS",
         help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
         "(default %(default)s)")
+    add("--outage-after", type=_bounded(float, 0.1, 3600, "s"), default=5, metavar="SECONDS",
+        help="no answer from the exchange for this long is an outage: take no work, probe once per key, "
+        "resume on the first answer (default %(default)s)")
     add("--queue-size", type=_bounded(int, 1, 1_000_000), default=50,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
     add("--threads-per-key", type=_bounded(int, 1, 64), default=2,

@@ -45,6 +45,7 @@ class Config:
     threads_per_key: int = 2
     load: str = "exercise"
     duration: float = 0.0
+    outage_after: float = 5.0
     metrics_interval: float = 5.0
     log_level: str = "INFO"
     log_file: str | None = None
@@ -69,6 +70,7 @@ class Config:
         if len(set(self.keys)) != len(self.keys):
             raise ConfigError("an API key is listed twice")
         _positive(rate=self.rate, window=self.window, ttl=self.ttl, http_timeout=self.http_timeout,
+                  outage_after=self.outage_after,
                   queue_size=self.queue_size, threads_per_key=self.threads_per_key,
                   metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)
         _not_negative(order_latency=self.order_latency, max_retries=self.max_retries,

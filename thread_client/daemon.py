@@ -11,6 +11,7 @@ from .clock import Clock, monotonic
 from .config import Config
 from .errors import ConfigError
 from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND
+from .flow.outage import OutageGate
 from .flow.producer import Producer, RequestSource
 from .flow.queues import QueueManager
 from .flow.requeue import Requeuer
@@ -73,18 +74,19 @@ class Daemon:
         self.keys = keys
         self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, clock=clock)
         self.metrics = Metrics(clock)
+        self.outage = OutageGate(config.outage_after, clock=clock)
         self.producer = Producer(self.queues, source, self._stop_producer, clock=clock)
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
         self.workers = [
             Worker(
-                key, self.queues, self.metrics, transports(key), policy, self._stop_workers,
+                key, self.queues, self.metrics, transports(key), policy, self.outage, self._stop_workers,
                 index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
         ]
         self.reporters: list[ManagedThread] = [
-            MetricsReporter(self.metrics, self.queues, config.metrics_interval, self._stop_reports),
+            MetricsReporter(self.metrics, self.queues, self.outage, config.metrics_interval, self._stop_reports),
             QueueMonitor(self.queues, self._stop_reports),
         ]
         self.metrics_server: MetricsServer | None = None
@@ -156,6 +158,7 @@ class Daemon:
             metrics=self.metrics.snapshot(),
             keys=tuple(keys),
             histograms=self.metrics.histograms(list(latency_bounds)),
+            outage=self.outage.state(),
         )
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:
@@ -214,6 +217,7 @@ class Daemon:
                 duration_s=self._clock() - started,
                 stop_reason=self._stop_reason,
                 retired_keys=self.keys.retired(),
+                reached_exchange=self.outage.state().ever_answered,
                 graveyard_by_reason=self.graveyard.by_reason(),
                 threads_died=[t.name for t in self.threads if t.failure is not None],
                 threads_alive=[t.name for t in self.threads if t.is_alive()],

@@ -15,7 +15,7 @@ from thread_client.flow.request import Request
 
 
 def new_request(req_id: int, clock) -> Request:
-    return Request(str(req_id), clock(), clock() + 1.0)
+    return Request(str(req_id), clock())
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_retries_are_served_before_new_requests(manager, clock):
     assert manager.requeue_ready(stop, timeout=0)
     assert manager.submit(new_request(3, clock), stop)
     assert [manager.take(timeout=0).req_id for _ in range(3)] == ["1", "2", "3"]
-    assert first.deadline == pytest.approx(clock() + 1.0)  # the retry got a fresh TTL
+    assert first.deadline == pytest.approx(clock() + 1.0)  # taken again: a fresh TTL
 
 
 def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(manager, clock, tmp_path):

@@ -10,6 +10,7 @@ from thread_client.limits.keys import ApiKey
 from thread_client.io.graveyard import Graveyard
 from thread_client.observe.metrics import Metrics
 from thread_client.policy.retry import RetryPolicy
+from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.flow.request import Request
@@ -38,10 +39,11 @@ def test_worker_survives_an_unexpected_exception(caplog):
     key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
     stop = threading.Event()
     transport = FlakyTransport()
-    worker = Worker(key, queues, Metrics(), transport, RetryPolicy(max_retries=3, backoff_base=0.01), stop, poll=0.05)
+    worker = Worker(key, queues, Metrics(), transport, RetryPolicy(max_retries=3, backoff_base=0.01),
+                    OutageGate(), stop, poll=0.05)
     for req_id in (1, 2, 3):
         now = time.monotonic()
-        queues.submit(Request(str(req_id), now, now + 5), stop)
+        queues.submit(Request(str(req_id), now), stop)
     with caplog.at_level(logging.ERROR):
         worker.start()
         deadline = time.monotonic() + 20

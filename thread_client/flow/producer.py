@@ -36,6 +36,5 @@ class Producer(ManagedThread):
 
     def work(self) -> None:
         for req_id in self._source.read(self._stopping):
-            now = self._clock()
-            if not self._queues.submit(Request(str(req_id), now, now + self._queues.ttl), self._stopping):
+            if not self._queues.submit(Request(str(req_id), self._clock()), self._stopping):
                 return

@@ -107,11 +107,13 @@ class QueueManager:
     # -- workers -------------------------------------------------------------
 
     def take(self, timeout: float) -> Request | None:
-        """The next request (retries first), now in flight; None if none came within ``timeout``."""
+        """The next request (retries first), now in flight with a fresh time-to-live for its wait
+        for a rate-limit slot; None if none came within ``timeout``."""
         try:
             request = self._main.get(timeout=timeout)[2]
         except queue.Empty:
             return None
+        request.renew(self._clock(), self.ttl)
         with self._lock:
             self._in_flight += 1
         return request
@@ -148,15 +150,14 @@ class QueueManager:
     # -- requeue thread ------------------------------------------------------
 
     def requeue_ready(self, stop: threading.Event, timeout: float, poll: float = 0.25) -> bool:
-        """Move one request whose backoff is over from the DLQ to the front of the main queue,
-        with a fresh time-to-live. Returns False if none was ready within ``timeout``."""
+        """Move one request whose backoff is over from the DLQ to the front of the main queue.
+        Returns False if none was ready within ``timeout``."""
         try:
             request = self._dlq.get(timeout=timeout)
         except queue.Empty:
             return False
         with self._lock:
             self._in_flight += 1
-        request.renew(self._clock(), self.ttl)
         entry = (_RETRY_LANE, next(self._order), request)
         while not stop.is_set():
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ class Request:
 
     req_id: str
     created_at: float
-    deadline: float
+    deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
     unsent: int = 0
@@ -35,5 +36,5 @@ class Request:
         self.last_failure = reason
 
     def renew(self, now: float, ttl: float) -> None:
-        """Start a new attempt: a fresh time-to-live from ``now``."""
+        """Taken by a worker: a fresh time-to-live for the wait for a slot, from ``now``."""
         self.deadline = now + ttl

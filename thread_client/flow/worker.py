@@ -15,6 +15,7 @@ from ..observe.metrics import Metrics
 from ..policy.answers import Outcome, Reading, classify
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from ..threads import ManagedThread
+from .outage import OutageGate
 from .queues import QueueManager
 from .request import Request
 
@@ -42,6 +43,7 @@ class Worker(ManagedThread):
         metrics: Metrics,
         transport: Transport,
         policy: RetryPolicy,
+        outage: OutageGate,
         stop: threading.Event,
         *,
         index: int = 0,
@@ -56,6 +58,7 @@ class Worker(ManagedThread):
         self._metrics = metrics
         self._transport = transport
         self._policy = policy
+        self._outage = outage
         self._stopping = stop
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
@@ -65,6 +68,8 @@ class Worker(ManagedThread):
     def work(self) -> None:
         try:
             while not self._stopping.is_set() and self.key.retired_because is None:
+                if not self._outage.may_take(self.key.name, self._poll):
+                    continue
                 request = self._queues.take(self._poll)
                 if request is None:
                     continue
@@ -95,7 +100,8 @@ class Worker(ManagedThread):
             log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, nonce,
                       self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
         action = self._policy.decide(
-            outcome, request.failures, retry_after, detail=reading.detail, unsent=request.unsent
+            outcome, request.failures, retry_after, detail=reading.detail, unsent=request.unsent,
+            during_outage=self._outage.active,
         )
         if action.request is RequestStep.ACCEPT:
             self._queues.accept(request)
@@ -142,15 +148,18 @@ class Worker(ManagedThread):
         except TransportError as exc:
             if exc.kind == "unreachable":
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
+                self._outage.failed(exc.detail)
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
             limiter.release(permit, answered_at=None)
             if exc.kind == "stale" and not resend:
                 return None, None
+            self._outage.failed("timeouts" if exc.kind == "timeout" else "connections reset")
             return Reading(_NO_ANSWER[exc.kind], exc.detail), None
         except BaseException:
             limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
             raise
         limiter.release(permit, self._clock())
+        self._outage.answered()
         if answer.replaced_stale:
             self._metrics.record_stale_connection()
         return classify(answer.status, answer.body, request.req_id), answer.retry_after

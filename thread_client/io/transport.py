@@ -114,10 +114,12 @@ class Transport:
         except ConnectionRefusedError as exc:
             self._connection.close()
             raise TransportError("unreachable", "connection refused") from exc
+        except ssl.SSLCertVerificationError as exc:
+            self._connection.close()
+            raise TransportError("unreachable", f"TLS error (certificate verify failed: {exc.verify_message})") from exc
         except ssl.SSLError as exc:
             self._connection.close()
-            reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
-            raise TransportError("unreachable", f"TLS error ({reason})") from exc
+            raise TransportError("unreachable", f"TLS error ({exc.reason or exc})") from exc
         except (socket.timeout, TimeoutError) as exc:
             self._connection.close()
             raise TransportError("unreachable", "connect timed out") from exc

@@ -59,6 +59,14 @@ class DaemonCollector(Collector):
         queues.add_metric(["dlq"], counts.dlq)
         yield queues
         yield GaugeMetricFamily("thread_client_in_flight", "Requests held by a thread.", value=counts.in_flight)
+        yield GaugeMetricFamily(
+            "thread_client_outage", "1 while the exchange answers nobody (no work taken, probes only).",
+            value=int(status.outage.active),
+        )
+        yield CounterMetricFamily(
+            "thread_client_stale_connections", "Kept connections the server had closed, replaced before or by a resend.",
+            value=snapshot.stale_connections,
+        )
 
         window = GaugeMetricFamily("thread_client_limiter_window_seconds", "Slot reuse delay after an answer.", labels=["key"])
         order = GaugeMetricFamily(

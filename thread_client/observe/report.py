@@ -6,6 +6,7 @@ import logging
 import threading
 
 from .metrics import Metrics, MetricsSnapshot
+from ..flow.outage import OutageGate, OutageState
 from ..flow.queues import QueueManager
 from ..threads import PeriodicThread
 
@@ -14,8 +15,10 @@ __all__ = ["MetricsReporter", "QueueMonitor", "format_report"]
 log = logging.getLogger("thread_client.report")
 
 
-def format_report(snapshot: MetricsSnapshot, previous: MetricsSnapshot | None, queues: QueueManager) -> str:
-    """The metrics block: a few lines, the same shape every interval."""
+def format_report(
+    snapshot: MetricsSnapshot, previous: MetricsSnapshot | None, queues: QueueManager, outage: OutageState
+) -> str:
+    """The metrics block: a few lines, the same shape every interval (one more during an outage)."""
     counts = queues.counts()
     if previous is not None and snapshot.elapsed > previous.elapsed:
         recent = (snapshot.accepted - previous.accepted) / (snapshot.elapsed - previous.elapsed)
@@ -24,31 +27,36 @@ def format_report(snapshot: MetricsSnapshot, previous: MetricsSnapshot | None, q
     e2e, attempt = snapshot.end_to_end, snapshot.attempt
     not_accepted = ", ".join(f"{name} {n}" for name, n in sorted(snapshot.outcomes.items()) if name != "accepted" and n)
     per_key = "  ".join(f"{key}={outcomes.get('accepted', 0)}" for key, outcomes in sorted(snapshot.per_key.items()))
-    return "\n".join(
-        [
+    lines = [
             f"[{snapshot.elapsed:8.1f}s] accepted {snapshot.accepted}  {snapshot.throughput:.1f}/s overall"
             f"  {recent:.1f}/s last interval  created {counts.created}",
             f"  failed {snapshot.failed}  retried {snapshot.retried}  expired {snapshot.expired}"
+            f"  ambiguous {snapshot.ambiguous}  stale connections {snapshot.stale_connections}"
             f"  graveyard {counts.graveyard}" + (f"  ({not_accepted})" if not_accepted else ""),
             f"  end-to-end ms avg {e2e.avg:.1f} p50 {e2e.p50:.1f} p95 {e2e.p95:.1f} p99 {e2e.p99:.1f}"
             f"  | attempt ms avg {attempt.avg:.1f} p50 {attempt.p50:.1f} p95 {attempt.p95:.1f} p99 {attempt.p99:.1f}",
             f"  queues main {counts.main_queue} dlq {counts.dlq} in flight {counts.in_flight}  per key: {per_key}",
-        ]
-    )
+    ]
+    if outage.active:
+        lines.insert(1, f"  OUTAGE for {outage.since:.0f} s ({outage.cause}): no work taken, probing once per key")
+    return "\n".join(lines)
 
 
 class MetricsReporter(PeriodicThread):
     """Prints the metrics block every interval (to stdout and the log, through logging)."""
 
-    def __init__(self, metrics: Metrics, queues: QueueManager, interval: float, stop: threading.Event) -> None:
+    def __init__(
+        self, metrics: Metrics, queues: QueueManager, outage: OutageGate, interval: float, stop: threading.Event
+    ) -> None:
         super().__init__("metrics", interval, stop, self.report)
         self._metrics = metrics
         self._queues = queues
+        self._outage = outage
         self._previous: MetricsSnapshot | None = None
 
     def report(self) -> None:
         snapshot = self._metrics.snapshot()
-        log.info("%s", format_report(snapshot, self._previous, self._queues))
+        log.info("%s", format_report(snapshot, self._previous, self._queues, self._outage.state()))
         self._previous = snapshot
 
 

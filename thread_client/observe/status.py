@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..flow.outage import OutageState
 from ..flow.queues import QueueCounts
 from .metrics import MetricsSnapshot
 
@@ -28,6 +29,7 @@ class DaemonStatus:
     metrics: MetricsSnapshot
     keys: tuple[KeyStatus, ...]
     histograms: dict[str, tuple[list[int], int, float]]
+    outage: OutageState
 
 
 #: Called with the histogram bucket bounds (seconds) a reader wants.

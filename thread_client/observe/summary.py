@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..exits import exit_code_for
+from ..exits import NEVER_REACHED, exit_code_for
 from .metrics import MetricsSnapshot
 from ..policy.answers import Outcome
 from ..flow.queues import QueueCounts
@@ -21,6 +21,7 @@ class Summary:
     duration_s: float
     stop_reason: str
     retired_keys: dict[str, str]
+    reached_exchange: bool
     graveyard_by_reason: dict[str, int]
     threads_died: list[str]
     threads_alive: list[str]
@@ -30,6 +31,8 @@ class Summary:
         """1 when accounting or a thread went wrong, else the stop reason's code (see ``exits``)."""
         if not self.counts.balanced or self.threads_died or self.threads_alive:
             return 1
+        if not self.reached_exchange and self.metrics.outcomes:
+            return exit_code_for(NEVER_REACHED)
         return exit_code_for(self.stop_reason)
 
     def as_dict(self) -> dict:
@@ -53,6 +56,7 @@ class Summary:
             "per_key": self.metrics.per_key,
             "graveyard_by_reason": self.graveyard_by_reason,
             "stop_reason": self.stop_reason,
+            "reached_exchange": self.reached_exchange,
             "threads_died": self.threads_died,
             "threads_alive": self.threads_alive,
             "exit_code": self.exit_code,
@@ -77,6 +81,8 @@ class Summary:
         ]
         if self.retired_keys:
             lines.append("  retired keys: " + ", ".join(f"{k} ({why})" for k, why in sorted(self.retired_keys.items())))
+        if not self.reached_exchange and self.metrics.outcomes:
+            lines.append(f"  {NEVER_REACHED}: no answer came from it at all")
         if self.threads_died or self.threads_alive:
             lines.append(f"  threads died: {self.threads_died}  threads still alive: {self.threads_alive}")
         return "\n".join(lines)

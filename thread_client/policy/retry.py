@@ -81,13 +81,22 @@ class RetryPolicy:
         return step / 2 + self.rng.uniform(0, step / 2)
 
     def decide(
-        self, outcome: Outcome, failures: int, retry_after: float | None = None, *, detail: str = "", unsent: int = 0
+        self,
+        outcome: Outcome,
+        failures: int,
+        retry_after: float | None = None,
+        *,
+        detail: str = "",
+        unsent: int = 0,
+        during_outage: bool = False,
     ) -> Action:
         """The action for an attempt that came to ``outcome`` (the answer table in the README).
 
         ``failures`` counts the request's earlier attempts that spent a retry, ``unsent``
-        its earlier attempts that could not be sent at all; ``retry_after`` is the
-        server's Retry-After in seconds, ``detail`` its own words.
+        its earlier attempts that cost nothing; ``retry_after`` is the server's
+        Retry-After in seconds, ``detail`` its own words. ``during_outage``: the
+        exchange answers nobody, so an attempt without an answer is the outage's
+        fault, not the request's, and spends nothing.
         """
         if outcome is Outcome.ACCEPTED:
             return Action(RequestStep.ACCEPT)
@@ -97,7 +106,8 @@ class RetryPolicy:
             return Action(RequestStep.HAND_BACK, reason="endpoint not found", stop=True)
         if outcome is Outcome.REJECTED:
             return Action(RequestStep.BURY, reason=f"rejected: {detail}" if detail else "rejected")
-        if outcome is Outcome.UNREACHABLE:  # nothing was sent: no retry spent, but no spinning either
+        if outcome is Outcome.UNREACHABLE or (during_outage and outcome in _NO_ANSWER):
+            # Nothing was sent, or nobody answers anyone: no retry spent, but no spinning either.
             return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), reason=outcome.value, spend=False)
         if outcome is Outcome.EXPIRED:  # never sent, only waited its TTL out: back at once, renewed, for free
             return Action(RequestStep.RETRY, reason=outcome.value, spend=False)
@@ -112,4 +122,5 @@ class RetryPolicy:
         return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1), reason=outcome.value)
 
 
+_NO_ANSWER = (Outcome.TIMEOUT, Outcome.CONNECTION_RESET)
 _KEY_STEPS = {Outcome.RATE_LIMITED: KeyStep.HOLD, Outcome.INVALID_NONCE: KeyStep.RESYNC}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ class ServerProcess:
     def __init__(self, *args: str, port: int = 0, start_timeout: float = 15.0) -> None:
         self.args = list(args)
         self.port = port
+        self.scheme = "http"  # "https" once a server started with --tls-cert says so
         self._start_timeout = start_timeout
         self._process: subprocess.Popen[str] | None = None
 
@@ -37,7 +39,7 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -50,6 +52,7 @@ class ServerProcess:
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         line = self._read_ready_line()
+        self.scheme = line.split(":", 1)[0]
         self.port = int(line.rsplit(":", 1)[1].split()[0])
         return self
 
@@ -69,9 +72,9 @@ class ServerProcess:
             timer.cancel()
         raise RuntimeError(f"reference server did not start: exit code {process.wait()}")
 
-    def stats(self, timeout: float = 5.0) -> dict:
-        """The server's ground truth from ``GET /api/stats``."""
-        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout) as answer:
+    def stats(self, timeout: float = 5.0, context: ssl.SSLContext | None = None) -> dict:
+        """The server's ground truth from ``GET /api/stats`` (``context`` verifies an HTTPS server)."""
+        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout, context=context) as answer:
             return json.load(answer)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
