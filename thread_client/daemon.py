@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from types import TracebackType
 from typing import Callable, Sequence
@@ -10,7 +11,7 @@ from typing import Callable, Sequence
 from .clock import Clock, monotonic
 from .config import Config
 from .errors import ConfigError
-from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND
+from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, GRAVEYARD_FAILED, THREAD_FAILED
 from .flow.outage import OutageGate
 from .flow.producer import Producer, RequestSource
 from .flow.queues import QueueManager
@@ -61,6 +62,7 @@ class Daemon:
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
+        max_restarts: int = 3,
     ) -> None:
         self.config = config
         self._clock = clock
@@ -71,6 +73,7 @@ class Daemon:
         self._stop_workers = threading.Event()
         self._stop_reports = threading.Event()
         self.graveyard = graveyard
+        graveyard.on_write_error = lambda exc: self.request_stop(GRAVEYARD_FAILED)
         self.keys = keys
         self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, clock=clock)
         self.metrics = Metrics(clock)
@@ -89,6 +92,8 @@ class Daemon:
             MetricsReporter(self.metrics, self.queues, self.outage, config.metrics_interval, self._stop_reports),
             QueueMonitor(self.queues, self._stop_reports),
         ]
+        for thread in self.threads:
+            thread.supervise(max_restarts, self._on_thread_failed)
         self.metrics_server: MetricsServer | None = None
         self._started_at: float | None = None
         self._summary: Summary | None = None
@@ -174,6 +179,10 @@ class Daemon:
             log.error("%s: every API key is retired, nothing can be sent", what)
         self.request_stop(ALL_KEYS_RETIRED)
 
+    def _on_thread_failed(self, thread: ManagedThread) -> None:
+        log.error("thread %s keeps dying: stopping (exit code 1)", thread.name)
+        self.request_stop(THREAD_FAILED)
+
     def _on_stop(self, reason: str, message: str) -> None:
         """A worker found that nothing can work (the endpoint is wrong): one ERROR line, then stop."""
         if self.stop_latch.reason is None:
@@ -209,6 +218,7 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.graveyard.close()
+            self._report_unwritten()
             self.stop_latch.close()
             started = self._started_at if self._started_at is not None else self._clock()
             self._summary = Summary(
@@ -223,6 +233,15 @@ class Daemon:
                 threads_alive=[t.name for t in self.threads if t.is_alive()],
             )
             return self._summary
+
+    def _report_unwritten(self) -> None:
+        """Records the graveyard file refused go to stderr, one JSON line each: nothing is lost."""
+        lines = self.graveyard.unwritten()
+        if lines:
+            log.error("%d graveyard records could not be written to %s; they follow on stderr",
+                      len(lines), self.graveyard.path)
+            sys.stderr.write("".join(f"{line}\n" for line in lines))
+            sys.stderr.flush()
 
     @staticmethod
     def _join(threads: list[ManagedThread], timeout: float) -> None:

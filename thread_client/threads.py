@@ -1,4 +1,5 @@
-"""Base classes for the daemon's threads: a death is never silent, and periodic work waits on the stop event."""
+"""Base classes for the daemon's threads: a death is never silent, is restarted up to a limit, and periodic
+work waits on the stop event."""
 
 from __future__ import annotations
 
@@ -12,22 +13,41 @@ log = logging.getLogger(__name__)
 
 
 class ManagedThread(threading.Thread):
-    """A named daemon thread whose outermost handler logs the traceback and keeps the exception.
+    """A named daemon thread that supervises itself.
 
-    Subclasses implement ``work()``; the daemon reads ``failure`` after joining to
-    tell a clean exit from a death.
+    Subclasses implement ``work()``, which must be safe to call again: when it
+    raises, the traceback is logged and ``work()`` starts over, up to
+    ``max_restarts`` times. Past that the exception is kept in ``failure``, the
+    ``on_give_up`` callback is told (the daemon stops, exit code 1) and the thread
+    ends. The daemon reads ``failure`` after joining to tell a clean exit from a death.
     """
 
     def __init__(self, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self.failure: BaseException | None = None
+        self.restarts = 0
+        self.max_restarts = 0
+        self._on_give_up: Callable[["ManagedThread"], None] = lambda thread: None
+
+    def supervise(self, max_restarts: int, on_give_up: Callable[["ManagedThread"], None]) -> None:
+        """Restart ``work()`` up to ``max_restarts`` times after a death; then call ``on_give_up``. Before start()."""
+        self.max_restarts = max_restarts
+        self._on_give_up = on_give_up
 
     def run(self) -> None:
-        try:
-            self.work()
-        except BaseException as exc:
-            self.failure = exc
-            log.critical("thread %s died", self.name, exc_info=True)
+        while True:
+            try:
+                self.work()
+                return
+            except BaseException as exc:
+                if self.restarts >= self.max_restarts:
+                    self.failure = exc
+                    log.critical("thread %s died for good after %d restarts", self.name, self.restarts, exc_info=True)
+                    self._on_give_up(self)
+                    return
+                self.restarts += 1
+                log.critical("thread %s died; restarting it (%d of %d)", self.name, self.restarts,
+                             self.max_restarts, exc_info=True)
 
     def work(self) -> None:
         raise NotImplementedError

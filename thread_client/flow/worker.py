@@ -64,8 +64,12 @@ class Worker(ManagedThread):
         self._on_stop = on_stop
         self._clock = clock
         self._poll = poll
+        # The request taken and not yet routed (touched only by this thread), handed back if it dies.
+        self._holding: Request | None = None
 
     def work(self) -> None:
+        """The worker loop. If anything escapes it, the request held is handed back first, so the
+        thread can die (and be restarted) without losing it."""
         try:
             while not self._stopping.is_set() and self.key.retired_because is None:
                 if not self._outage.may_take(self.key.name, self._poll):
@@ -73,6 +77,7 @@ class Worker(ManagedThread):
                 request = self._queues.take(self._poll)
                 if request is None:
                     continue
+                self._holding = request
                 try:
                     self._handle(request)
                 except Exception:
@@ -80,6 +85,9 @@ class Worker(ManagedThread):
                     failure = Outcome.INTERNAL_ERROR
                     self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
         finally:
+            if self._holding is not None:
+                self._queues.hand_back(self._holding)
+                self._holding = None
             self._transport.close()
 
     def _handle(self, request: Request) -> None:
@@ -105,6 +113,7 @@ class Worker(ManagedThread):
         )
         if action.request is RequestStep.ACCEPT:
             self._queues.accept(request)
+            self._holding = None
             self._metrics.record_accepted(finished_at - request.created_at)
             return
         self._carry_out(request, reading, action, retry_after)
@@ -137,6 +146,7 @@ class Worker(ManagedThread):
         except LimiterClosed:
             # Key retired or shutting down: another key takes it, or the shutdown drain buries it.
             self._queues.hand_back(request)
+            self._holding = None
         return None
 
     def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading | None, float | None]:
@@ -193,9 +203,10 @@ class Worker(ManagedThread):
         outcome = reading.outcome
         if action.request is RequestStep.RETRY:
             self._queues.retry(request, outcome.value, action.delay, spend=action.spend)
-            if action.spend:
-                self._metrics.record_retry()
         elif action.request is RequestStep.HAND_BACK:
             self._queues.hand_back(request)
         else:
             self._queues.bury(request, action.reason, failure=outcome.value)
+        self._holding = None
+        if action.request is RequestStep.RETRY and action.spend:
+            self._metrics.record_retry()

@@ -23,13 +23,14 @@ class SyntheticSource:
             raise ValueError(f"load must be one of {LOADS}, got {load!r}")
         self.load = load
         self._rng = rng or random.Random()
+        self._ids = itertools.count(1)  # kept across read() calls: a restarted producer never repeats an id
 
     def __repr__(self) -> str:
         return f"<SyntheticSource {self.load}>"
 
     def read(self, stop: threading.Event) -> Iterator[int]:
         """Yield ids until ``stop`` is set; the exercise pause waits on ``stop``, so it ends at once."""
-        for req_id in itertools.count(1):
+        for req_id in self._ids:
             if stop.is_set():
                 return
             yield req_id

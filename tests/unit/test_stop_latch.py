@@ -1,0 +1,37 @@
+"""The stop latch: signals and threads reach the main thread without a lock a signal handler could deadlock on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from thread_client.stop_latch import StopLatch
+
+
+def test_a_signal_is_read_as_the_stop_reason():
+    latch = StopLatch()
+    latch.catch_signals(signal.SIGUSR1)
+    try:
+        assert latch.wait(0) is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert latch.wait(5) == "SIGUSR1"
+    finally:
+        latch.close()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_a_thread_request_wakes_the_waiter_and_the_first_reason_wins():
+    latch = StopLatch()
+    requester = threading.Thread(target=lambda: (latch.request("all keys retired"), latch.request("later")))
+    requester.start()
+    assert latch.wait(5) == "all keys retired"
+    requester.join(5)
+    assert not requester.is_alive() and latch.reason == "all keys retired"
+    latch.close()
+
+
+def test_waiting_times_out_with_none():
+    latch = StopLatch()
+    assert latch.wait(0.01) is None
+    latch.close()
