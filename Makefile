@@ -27,18 +27,24 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-run-server: setup  ## start the reference server in the background on $(HOST):$(PORT)
+run-server: setup  ## start the reference server in the background on $(HOST):$(PORT); refuses a port already taken
 	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
 		echo "server already running (pid $$(cat $(SERVER_PID)))"; exit 0; fi; \
+	rm -f $(SERVER_PID); \
+	if (exec 3<>/dev/tcp/$(HOST)/$(PORT)) 2>/dev/null; then \
+		echo "port $(HOST):$(PORT) is already taken by another process: nothing started (PORT=... picks another)" >&2; \
+		exit 1; fi; \
 	$(PY) original_server.py --host $(HOST) --port $(PORT) $(SERVER_ARGS) > $(SERVER_LOG) 2>&1 & \
-	echo $$! > $(SERVER_PID); \
+	pid=$$!; \
 	for _ in $$(seq 100); do \
-		if (exec 3<>/dev/tcp/$(HOST)/$(PORT)) 2>/dev/null; then echo "server up on $(HOST):$(PORT) (pid $$(cat $(SERVER_PID)))"; exit 0; fi; \
-		kill -0 $$(cat $(SERVER_PID)) 2>/dev/null || break; sleep 0.1; \
+		kill -0 $$pid 2>/dev/null || break; \
+		if grep -q "listening on" $(SERVER_LOG); then \
+			echo $$pid > $(SERVER_PID); echo "server up on $(HOST):$(PORT) (pid $$pid)"; exit 0; fi; \
+		sleep 0.1; \
 	done; \
-	echo "server did not start:"; cat $(SERVER_LOG); rm -f $(SERVER_PID); exit 1
+	echo "server did not start:" >&2; cat $(SERVER_LOG) >&2; kill $$pid 2>/dev/null; exit 1
 
-stop-server:  ## stop the background reference server
+stop-server:  ## stop the background reference server (only one this Makefile started)
 	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
 		kill $$(cat $(SERVER_PID)); \
 		for _ in $$(seq 50); do kill -0 $$(cat $(SERVER_PID)) 2>/dev/null || break; sleep 0.1; done; \
@@ -47,9 +53,12 @@ stop-server:  ## stop the background reference server
 run-client: setup  ## run the client in the foreground against $(HOST):$(PORT) (Ctrl-C stops it)
 	$(VENV)/bin/thread-client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
 
-run: setup  ## start the server, run the client until Ctrl-C, stop the server
-	@$(MAKE) --no-print-directory run-server
-	@trap '$(MAKE) --no-print-directory stop-server' EXIT; \
+run: setup  ## start the server, run the client until Ctrl-C, stop the server (a server already running is used and left running)
+	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
+		echo "using the server already running (pid $$(cat $(SERVER_PID))); it is left running"; \
+		exec $(VENV)/bin/thread-client --url http://$(HOST):$(PORT) $(CLIENT_ARGS); fi; \
+	$(MAKE) --no-print-directory run-server || exit $$?; \
+	trap '$(MAKE) --no-print-directory stop-server' EXIT; \
 	$(VENV)/bin/thread-client --url http://$(HOST):$(PORT) $(CLIENT_ARGS)
 
 BENCH_SECONDS ?= 60
@@ -59,9 +68,9 @@ BENCH_JSON ?= bench-results.json
 bench: setup  ## saturate + exercise runs against a fresh server; prints the table, writes $(BENCH_JSON) and img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
-CHAOS_SECONDS ?= 60
+CHAOS_SECONDS ?= 30
 
-chaos: setup  ## faults at low rates plus a server restart under the exercise load; fails on any broken invariant
+chaos: setup  ## five fault scenarios (faults + restart, idle timeout, 503 burst, 20 s outage, TLS); fails on any broken invariant
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600

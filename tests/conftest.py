@@ -40,8 +40,8 @@ def start_server() -> Iterator[Callable[..., ServerProcess]]:
     """Start reference servers with the given arguments; all are stopped after the test."""
     servers: list[ServerProcess] = []
 
-    def start(*args: str) -> ServerProcess:
-        server = ServerProcess(*args).start()
+    def start(*args: str, **kwargs) -> ServerProcess:
+        server = ServerProcess(*args, **kwargs).start()
         servers.append(server)
         return server
 

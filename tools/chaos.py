@@ -1,91 +1,173 @@
-"""``make chaos``: the exercise load against a faulty reference server that is restarted mid-run.
+"""``make chaos``: the exercise load through faulty, restarting, closing, pausing, vanishing and TLS servers.
 
-Exits non-zero if the accounting identity is off, a thread died or was left
-running, or a key got blocked (which only the client's own doing could cause).
+Each scenario runs the client against a fresh reference server and plays a
+timeline on it (restart it, swap it for one answering 503 + Retry-After, take it
+away for a while). After each, the invariants must hold: the accounting
+identity exact, no thread dead or left running, no key blocked or retired, no
+strike at the server, nothing buried but the shutdown remainder, exit code 0.
+Exits non-zero if any scenario broke one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
+from .bench import tls_files
 from .harness.client_process import GRAVEYARD_FILE, client_command, read_summary
 from .harness.server_process import REPO_ROOT, ServerProcess
 
 __all__ = ["main"]
 
-SERVER_TOTALS = ("accepted", "rate_limited", "blocked", "invalid_nonce", "fail", "garbage", "drop", "stall")
+
+@dataclass
+class Run:
+    """One scenario's server, as its timeline sees it; keeps the server's counts across restarts."""
+
+    server: ServerProcess
+    started: float = field(default_factory=time.monotonic)
+    accepted: int = 0
+    rate_limited: int = 0
+    blocked: set[str] = field(default_factory=set)
+
+    def at(self, seconds: float) -> None:
+        """Wait until ``seconds`` after the client started (the scenario's clock)."""
+        time.sleep(max(0.0, self.started + seconds - time.monotonic()))
+
+    def take_stats(self) -> None:
+        """Fold in the running server's counts (before it is stopped, and at the end)."""
+        if self.server.running:
+            stats = self.server.stats()
+            self.accepted += stats["totals"]["accepted"]
+            self.rate_limited += stats["totals"]["rate_limited"]
+            self.blocked |= {key for key, state in stats["keys"].items() if state["is_blocked"]}
+
+    def restart(self, *args: str) -> None:
+        """Stop the server and start a fresh one on the same port (with other flags, if given)."""
+        self.take_stats()
+        self.server.stop()
+        if args:
+            self.server.args = list(args)
+        self.server.start()
 
 
-def add_totals(into: dict[str, int], stats: dict) -> None:
-    for name in SERVER_TOTALS:
-        into[name] = into.get(name, 0) + stats["totals"][name]
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    server_args: tuple[str, ...]
+    seconds: float
+    timeline: Callable[[Run, float], None] = lambda run, seconds: None
+    client_args: tuple[str, ...] = ()
+    tls: bool = False
+
+
+def faults_and_restart(run: Run, seconds: float) -> None:
+    run.at(seconds * 0.4)
+    print(f"  restarting the server at {seconds * 0.4:.0f} s", flush=True)
+    run.restart()
+
+
+def retry_after_burst(run: Run, seconds: float) -> None:
+    normal = list(run.server.args)
+    run.at(seconds * 0.25)
+    print(f"  {seconds * 0.25:.0f} s: half the answers become 503 with Retry-After: 2", flush=True)
+    run.restart(*normal, "--fail-rate", "0.5", "--retry-after", "2")
+    run.at(seconds * 0.6)
+    print(f"  {seconds * 0.6:.0f} s: the burst is over", flush=True)
+    run.restart(*normal)
+
+
+def outage(down_at: float, down_for: float) -> Callable[[Run, float], None]:
+    def timeline(run: Run, seconds: float) -> None:
+        run.at(down_at)
+        print(f"  {down_at:.0f} s: the server goes away for {down_for:.0f} s", flush=True)
+        run.take_stats()
+        run.server.stop()
+        run.at(down_at + down_for)
+        run.server.start()
+        print(f"  {down_at + down_for:.0f} s: it is back", flush=True)
+
+    return timeline
+
+
+def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
+    faults = ("--fail-rate", "0.02", "--garbage-rate", "0.02", "--drop-rate", "0.02", "--stall-rate", "0.01")
+    return [
+        Scenario("faults and a restart", faults, seconds, faults_and_restart),
+        Scenario("idle keep-alive connections closed by the server", ("--idle-timeout", "0.05"), seconds),
+        Scenario("a burst of 503 + Retry-After", (), seconds, retry_after_burst),
+        Scenario(f"a {outage_seconds:.0f} s outage", (), outage_seconds + 15, outage(5, outage_seconds)),
+        Scenario("HTTPS with faults", faults, seconds, tls=True),
+    ]
+
+
+def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
+    """Run one scenario; returns its checks."""
+    server_args, client_args, context = list(scenario.server_args), list(scenario.client_args), None
+    if scenario.tls:
+        server_pem, ca_pem = tls_files(workdir)
+        server_args += ["--tls-cert", str(server_pem), "--tls-key", str(server_pem)]
+        client_args += ["--ca-file", str(ca_pem)]
+        context = ssl.create_default_context(cafile=str(ca_pem))
+    with ServerProcess(*server_args, ssl_context=context) as server:
+        client = subprocess.Popen(
+            client_command(server.url, workdir, "--duration", str(scenario.seconds), "--log-level", "WARNING",
+                           "--metrics-interval", "10", *client_args),
+            cwd=REPO_ROOT,
+        )
+        run = Run(server)
+        try:
+            scenario.timeline(run, scenario.seconds)
+            exit_code = client.wait(timeout=scenario.seconds + 60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        run.take_stats()
+    summary = read_summary(workdir)
+    graveyard = workdir / GRAVEYARD_FILE
+    records = [json.loads(line) for line in graveyard.read_text().splitlines()] if graveyard.exists() else []
+    reasons = {record["reason"] for record in records}
+    print(f"  client: accepted {summary['accepted']} of {summary['created']} created, retries {summary['retries']},"
+          f" ambiguous {summary['ambiguous_attempts']}, stale connections {summary['stale_connections']},"
+          f" expired {summary['expired']}, graveyard {summary['graveyard_by_reason'] or 'empty'}, exit {exit_code}")
+    print(f"  server: accepted {run.accepted} (all its runs), rate limited {run.rate_limited},"
+          f" blocked keys {len(run.blocked)}", flush=True)
+    return [
+        ("accounting identity exact", summary["identity_holds"] and len(records) == summary["graveyard"]),
+        ("no thread died or was left running", not summary["threads_died"] and not summary["threads_alive"]),
+        ("no key blocked or retired", not run.blocked and not summary["retired_keys"]),
+        ("no strike at the server", run.rate_limited == 0),
+        ("nothing buried but the shutdown remainder", reasons <= {"shutdown"}),
+        ("client exit code 0", exit_code == 0),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60, help="client run length (default 60)")
-    parser.add_argument("--restart-at", type=float, default=25, help="restart the server after this long (default 25)")
-    parser.add_argument("--fault-rate", type=float, default=0.02, help="rate of each fault: fail, garbage, drop (default 0.02)")
-    parser.add_argument("--stall-rate", type=float, default=0.01, help="rate of 2 s stalls (default 0.01)")
+    parser.add_argument("--seconds", type=float, default=30, help="length of each ordinary scenario (default 30)")
+    parser.add_argument("--outage", type=float, default=20, help="length of the outage (default 20)")
     args = parser.parse_args(argv)
-    if not 0 < args.restart_at < args.seconds:
-        parser.error("need 0 < --restart-at < --seconds")
-    rate = str(args.fault_rate)
-    server = ServerProcess("--fail-rate", rate, "--garbage-rate", rate, "--drop-rate", rate,
-                           "--stall-rate", str(args.stall_rate), "--retry-after", "0.5")
-    server_totals: dict[str, int] = {}
-    blocked_at_server: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as tmp, server:
-        workdir = Path(tmp)
-        print(f"chaos: {args.seconds:g} s of the exercise load, faults at {rate} (stalls {args.stall_rate}), "
-              f"server restart at {args.restart_at:g} s", flush=True)
-        client = subprocess.Popen(
-            client_command(server.url, workdir, "--duration", str(args.seconds), "--log-level", "WARNING",
-                           "--metrics-interval", "10"),
-            cwd=REPO_ROOT,
-        )
-        started = time.monotonic()
-        try:
-            time.sleep(args.restart_at)
-            stats = server.stats()
-            print(f"chaos: restarting the server at {time.monotonic() - started:.1f} s", flush=True)
-            server.restart()
-            add_totals(server_totals, stats)
-            blocked_at_server |= {k for k, v in stats["keys"].items() if v["is_blocked"]}
-            exit_code = client.wait(timeout=args.seconds + 60)
-        finally:
-            if client.poll() is None:
-                client.kill()
-        stats = server.stats()
-        add_totals(server_totals, stats)
-        blocked_at_server |= {k for k, v in stats["keys"].items() if v["is_blocked"]}
-        summary = read_summary(workdir)
-        graveyard_lines = len((workdir / GRAVEYARD_FILE).read_text().splitlines())
-
-    print("\n  client summary                      | server stats (both runs)")
-    client_rows = [(name, summary[name]) for name in
-                   ("created", "accepted", "graveyard", "main_queue", "dlq", "in_flight", "retries", "expired")]
-    server_rows = list(server_totals.items())
-    for i in range(max(len(client_rows), len(server_rows))):
-        left = f"{client_rows[i][0]:>14} {client_rows[i][1]:>10}" if i < len(client_rows) else " " * 25
-        right = f"{server_rows[i][0]:>14} {server_rows[i][1]:>8}" if i < len(server_rows) else ""
-        print(f"  {left}           | {right}")
-    print(f"  graveyard by reason: {summary['graveyard_by_reason']}")
-    print("  (the server count misses what it accepted between its last sample and the restart)")
-    checks = [
-        ("accounting identity exact", summary["identity_holds"] and graveyard_lines == summary["graveyard"]),
-        ("no thread died or was left running", not summary["threads_died"] and not summary["threads_alive"]),
-        ("no key blocked", not blocked_at_server and not summary["retired_keys"]),
-        ("client exit code 0", exit_code == 0),
-    ]
-    for text, ok in checks:
-        print(f"  [{'ok' if ok else 'FAILED'}] {text}")
-    return 0 if all(ok for _, ok in checks) else 1
+    if args.seconds < 10 or args.outage < 1:
+        parser.error("need --seconds >= 10 and --outage >= 1")
+    failed = []
+    for number, scenario in enumerate(scenarios(args.seconds, args.outage), 1):
+        print(f"chaos {number}: {scenario.name} ({scenario.seconds:g} s of the exercise load)", flush=True)
+        with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as tmp:
+            checks = play(scenario, Path(tmp))
+        for text, ok in checks:
+            print(f"  [{'ok' if ok else 'FAILED'}] {text}")
+        failed += [f"{scenario.name}: {text}" for text, ok in checks if not ok]
+    print("chaos: every invariant held" if not failed else f"chaos: {len(failed)} broken: {'; '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

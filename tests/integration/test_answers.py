@@ -108,11 +108,12 @@ def tls_files(tmp_path):
 
 def test_https_with_a_private_ca(start_server, tmp_path, tls_files):
     server_pem, ca_pem, _ = tls_files
-    server = start_server("--max-latency-ms", "2", "--tls-cert", str(server_pem), "--tls-key", str(server_pem))
+    server = start_server("--max-latency-ms", "2", "--tls-cert", str(server_pem), "--tls-key", str(server_pem),
+                          ssl_context=ssl.create_default_context(cafile=str(ca_pem)))
     assert server.url.startswith("https://")
     result, summary = run_client(server, tmp_path, "--ca-file", str(ca_pem), "--duration", "3")
     assert result.returncode == 0, result.stdout
-    assert_clean_run(summary, server.stats(context=ssl.create_default_context(cafile=str(ca_pem))))
+    assert_clean_run(summary, server.stats())
 
 
 def test_https_against_the_wrong_ca_is_an_outage_that_buries_nothing(start_server, tmp_path, tls_files):

@@ -62,7 +62,8 @@ class MetricsReporter(PeriodicThread):
 
 class QueueMonitor(PeriodicThread):
     """Samples the queue sizes every ``sample`` seconds, reports their averages every
-    ``report_every`` samples, and warns when the main queue runs near full or the DLQ piles up."""
+    ``report_every`` samples, and warns when the main queue runs near full or the DLQ piles up
+    (at most every ``warn_every`` samples)."""
 
     def __init__(
         self,
@@ -73,12 +74,15 @@ class QueueMonitor(PeriodicThread):
         report_every: int = 5,
         main_warn_fraction: float = 0.9,
         dlq_warn: int = 100,
+        warn_every: int = 60,
     ) -> None:
         super().__init__("queue-monitor", sample, stop, self.sample)
         self._queues = queues
         self._report_every = report_every
         self._main_warn = max(1, int(queues.queue_size * main_warn_fraction))
         self._dlq_warn = dlq_warn
+        self._warn_every = warn_every  # samples between two warnings while the DLQ stays piled up
+        self._last_warned = -warn_every
         self._samples = 0
         self._main_total = 0
         self._dlq_total = 0
@@ -88,8 +92,10 @@ class QueueMonitor(PeriodicThread):
         self._samples += 1
         self._main_total += main_queue
         self._dlq_total += dlq
-        if dlq >= self._dlq_warn:
-            log.warning("dead letter queue holds %d requests (warning at %d)", dlq, self._dlq_warn)
+        if dlq >= self._dlq_warn and self._samples - self._last_warned >= self._warn_every:
+            self._last_warned = self._samples
+            log.warning("dead letter queue holds %d requests (warning at %d, repeated at most every %d s)",
+                        dlq, self._dlq_warn, self._warn_every)
         if self._samples % self._report_every == 0:
             log.info(
                 "  queue monitor: main %d (avg %.1f of %d)  dlq %d (avg %.1f)%s",

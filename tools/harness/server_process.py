@@ -26,8 +26,11 @@ class ServerProcess:
     ``restart()``, so a client pointed at ``url`` finds the server again.
     """
 
-    def __init__(self, *args: str, port: int = 0, start_timeout: float = 15.0) -> None:
+    def __init__(
+        self, *args: str, port: int = 0, start_timeout: float = 15.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.args = list(args)
+        self._ssl_context = ssl_context  # verifies an HTTPS server's certificate in stats()
         self.port = port
         self.scheme = "http"  # "https" once a server started with --tls-cert says so
         self._start_timeout = start_timeout
@@ -72,9 +75,9 @@ class ServerProcess:
             timer.cancel()
         raise RuntimeError(f"reference server did not start: exit code {process.wait()}")
 
-    def stats(self, timeout: float = 5.0, context: ssl.SSLContext | None = None) -> dict:
-        """The server's ground truth from ``GET /api/stats`` (``context`` verifies an HTTPS server)."""
-        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout, context=context) as answer:
+    def stats(self, timeout: float = 5.0) -> dict:
+        """The server's ground truth from ``GET /api/stats``."""
+        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout, context=self._ssl_context) as answer:
             return json.load(answer)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
