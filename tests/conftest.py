@@ -30,6 +30,12 @@ class FakeClock:
         self.now += seconds
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path_factory, monkeypatch) -> None:
+    """Every test's daemons keep their per-key state (host locks, nonce marks) in a folder of its own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from .clock import Clock, monotonic
-from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, load_keys
+from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .daemon import Daemon
-from .errors import ConfigError
+from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
 from .io.sources import LOADS, SyntheticSource
@@ -28,7 +28,7 @@ __all__ = ["build_config", "build_daemon", "main"]
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "ca_file", "max_retry_after", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
+    "url", "ca_file", "max_retry_after", "max_strikes", "server_max_429", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "metrics_port",
     "outage_after",
 )
@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=600, metavar="SECONDS",
         help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
         "(default %(default)s)")
+    add("--max-strikes", type=_bounded(int, 1, 1000), default=3,
+        help="unexplained 429s after which a key is parked for the rest of the run (default %(default)s); "
+        "must stay below --server-max-429")
+    add("--server-max-429", type=_bounded(int, 1, 1_000_000), default=10, metavar="N",
+        help="rate-limit rejections after which the server blocks a key for good (default %(default)s)")
+    add("--state-dir", metavar="PATH",
+        help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
+        "or ~/.local/state/thread_client)")
     add("--outage-after", type=_bounded(float, 0.1, 3600, "s"), default=5, metavar="SECONDS",
         help="no answer from the exchange for this long is an outage: take no work, probe once per key, "
         "resume on the first answer (default %(default)s)")
@@ -123,6 +131,7 @@ def build_config(argv: list[str] | None = None) -> Config:
         return Config(
             keys=keys,
             keys_source=keys_source,
+            state_dir=args.state_dir or str(default_state_dir()),
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
@@ -154,7 +163,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     keys = KeyPool.local(
-        config.keys, rate=config.rate, window=config.window, order_latency=config.order_latency,
+        config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=config.order_latency,
         unanswered_hold=config.http_timeout, clock=clock,
     )
     return Daemon(
@@ -163,7 +172,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         graveyard=Graveyard(config.graveyard),
         keys=keys,
         transports=lambda key: Transport(config.url, key.secret, config.http_timeout, ssl_context=context),
-        policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after),
+        policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
+                           max_strikes=config.max_strikes),
         clock=clock,
     )
 
@@ -194,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
-    except ConfigError as exc:
+    except ThreadClientError as exc:  # a bad setting, or a key another process on this host holds
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     summary = daemon.run()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
 from .io.sources import LOADS
 
-__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "load_keys"]
+__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 KEYS_ENV = "THREAD_CLIENT_KEYS"
@@ -41,6 +41,9 @@ class Config:
     http_timeout: float = 1.0
     max_retries: int = 5
     max_retry_after: float = 600.0
+    max_strikes: int = 3
+    server_max_429: int = 10
+    state_dir: str = field(default_factory=lambda: str(default_state_dir()))
     queue_size: int = 50
     threads_per_key: int = 2
     load: str = "exercise"
@@ -75,6 +78,13 @@ class Config:
                   metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)
         _not_negative(order_latency=self.order_latency, max_retries=self.max_retries,
                       max_retry_after=self.max_retry_after, duration=self.duration, log_backups=self.log_backups)
+        if self.max_strikes < 1:
+            raise ConfigError(f"--max-strikes must be at least 1, got {self.max_strikes}")
+        if self.max_strikes >= self.server_max_429:
+            raise ConfigError(
+                f"--max-strikes {self.max_strikes} must stay below --server-max-429 {self.server_max_429}, "
+                "the rejections after which the server blocks a key for good"
+            )
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:
@@ -93,6 +103,13 @@ def _not_negative(**values: float) -> None:
     for name, value in values.items():
         if not value >= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must not be negative, got {value}")
+
+
+def default_state_dir(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """Where per-key state lives (host locks, nonce marks): ``$XDG_STATE_HOME/thread_client``,
+    else ``~/.local/state/thread_client``."""
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "thread_client"
 
 
 def load_keys(

@@ -218,6 +218,7 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.graveyard.close()
+            self.keys.release()
             self._report_unwritten()
             self.stop_latch.close()
             started = self._started_at if self._started_at is not None else self._clock()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "LimiterClosed", "LimiterTimeout", "ThreadClientError", "TransportError"]
+__all__ = ["ConfigError", "KeyInUse", "LimiterClosed", "LimiterTimeout", "ThreadClientError", "TransportError"]
 
 
 class ThreadClientError(Exception):
@@ -38,3 +38,12 @@ class TransportError(ThreadClientError):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+
+
+class KeyInUse(ThreadClientError):
+    """Raised when another process on this host already drives an API key (its lock file is held)."""
+
+    def __init__(self, key: str, holder: str) -> None:
+        super().__init__(f"key {key} is in use by another thread-client on this host (pid {holder}): nothing sent")
+        self.key = key
+        self.holder = holder

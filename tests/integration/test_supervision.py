@@ -37,7 +37,7 @@ class DeadlyTransport(Transport):
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
     config = Config(url=server.url, duration=duration, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
                     metrics_interval=1)
-    keys = KeyPool.local(config.keys, rate=config.rate, window=config.window, order_latency=config.order_latency,
+    keys = KeyPool.local(config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=config.order_latency,
                          unanswered_hold=config.http_timeout)
     victim = next(iter(keys))
 

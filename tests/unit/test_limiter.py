@@ -104,12 +104,40 @@ def test_invalid_nonce_widens_the_order_latency_and_skips_nonces(clock):
     assert lim.acquire(timeout=0).nonce > last + 1000 + 2000
 
 
-def test_surprise_429_holds_the_key_a_window_and_widens_it(clock):
-    lim = limiter(clock)
+def test_a_strike_holds_the_key_a_window_plus_the_unanswered_hold_and_widens_it(clock):
+    lim = limiter(clock, unanswered_hold=0.5)
     window = lim.note_rate_limited()
     assert window > 1.001
-    assert delay_of(lim) == pytest.approx(1.001)
+    assert delay_of(lim) == pytest.approx(1.001 + 0.5)
     assert lim.state().held
+
+
+def test_accepted_answers_reset_the_skip_ahead_and_narrow_the_order_latency_back(clock):
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, nonces=NonceGenerator(clock=lambda: 100))
+    for _ in range(3):
+        lim.note_invalid_nonce()
+    widened = lim.state().order_latency
+    assert widened > 0.09
+    before = lim.acquire(timeout=0)
+    lim.release(before, answered_at=clock(), accepted=True)  # in step again: the next skip is small
+    lim.note_invalid_nonce()
+    clock.advance(2)
+    after_skip = lim.acquire(timeout=0)
+    lim.release(after_skip, answered_at=clock())
+    assert after_skip.nonce - before.nonce < 2_000  # a 1 ms skip again, not the 8 ms of a fourth doubling
+    widened = lim.state().order_latency
+    for _ in range(199):
+        clock.advance(0.1)
+        lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
+    assert lim.state().order_latency == widened  # not yet: 200 clean answers make one step
+    clock.advance(0.1)
+    lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
+    narrowed = lim.state().order_latency
+    assert narrowed == pytest.approx(0.05 + (widened - 0.05) * 0.9)
+    for _ in range(200 * 60):
+        clock.advance(0.1)
+        lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
+    assert 0.05 <= lim.state().order_latency < 0.0502  # back at the configured value (within 0.2 ms), never below
 
 
 def test_timeout_is_raised_when_the_deadline_passes_while_waiting():

@@ -1,11 +1,16 @@
-"""Nonces: strictly increasing per key under threads, across a restart, and across a clock step back."""
+"""Nonces: strictly increasing per key under threads, across restarts and crashes (durable marks) and clock
+steps back; one process per key per host."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 
+from conftest import KEY
+from thread_client.errors import KeyInUse
+from thread_client.limits.host_state import KeyState
 from thread_client.limits.nonces import INT64_MAX, NonceGenerator
 
 
@@ -62,3 +67,52 @@ def test_nonces_fit_in_a_signed_64_bit_integer():
     assert nonces.next() == INT64_MAX
     with pytest.raises(OverflowError):
         nonces.next()
+
+
+def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
+    marks: list[int] = []
+    wall = [1_000_000]
+    nonces = NonceGenerator(clock=lambda: wall[0], record_mark=marks.append, block=100)
+    first = nonces.next()
+    assert marks == [first + 100]
+    for _ in range(99):
+        nonces.next()  # within the block: no write
+    assert marks == [first + 100]
+    assert nonces.next() == first + 100 and len(marks) == 1  # the mark itself is still covered
+    beyond = nonces.next()
+    assert marks[-1] == beyond + 100 and len(marks) == 2
+
+
+def test_a_restart_starts_above_the_mark_even_with_the_clock_an_hour_back(tmp_path):
+    state = KeyState(tmp_path, KEY, "UT4N...JYA6")
+    hour = 3_600_000_000
+    now = 1_800_000_000_000_000
+    before = NonceGenerator(clock=lambda: now, record_mark=state.write_mark)
+    before.skip_ahead(5 * hour)  # far ahead of the wall clock, as after many invalid nonces
+    used = [before.next() for _ in range(50)]
+    # Killed here: no clean shutdown, only what reached the disk. The clock is set back an hour.
+    again = NonceGenerator(clock=lambda: now - hour, start_above=state.read_mark(), record_mark=state.write_mark)
+    assert again.next() > max(used)
+
+
+def test_the_mark_is_replaced_atomically(tmp_path):
+    state = KeyState(tmp_path, KEY, "UT4N...JYA6")
+    assert state.read_mark() == 0
+    state.write_mark(42)
+    state.write_mark(4242)
+    assert state.read_mark() == 4242
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".nonce"]  # no temporary file left behind
+    assert all(KEY not in p.name for p in tmp_path.iterdir())  # named by a hash, never the key
+
+
+def test_one_process_per_key_per_host(tmp_path):
+    first = KeyState(tmp_path, KEY, "UT4N...JYA6")
+    first.lock()
+    second = KeyState(tmp_path, KEY, "UT4N...JYA6")
+    with pytest.raises(KeyInUse) as refused:
+        second.lock()
+    assert refused.value.holder == str(os.getpid()) and "UT4N...JYA6" in str(refused.value)
+    assert KeyState(tmp_path, "ANOTHER-KEY-00000000000000000000", "ANOT...0000").lock() is None  # other keys are free
+    first.unlock()
+    second.lock()  # released: the next process may take it
+    second.unlock()

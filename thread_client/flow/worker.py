@@ -132,6 +132,21 @@ class Worker(ManagedThread):
             return Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request"), None
         return self._exchange(permit, first.nonce, request, resend=True)
 
+    def _strike(self, reading: Reading, pause: float) -> None:
+        """An unexplained 429: hold the key back (and longer if the server named a pause); park it
+        for the rest of the run once it has had too many, long before the server would block it."""
+        limiter = self.key.limiter
+        strikes = self.key.strike()
+        window = limiter.note_rate_limited()
+        limiter.hold(pause)
+        log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d; key held back,"
+                  " window widened to %.3f s", self.key.name, reading.detail, strikes, self._policy.max_strikes, window)
+        if self._policy.parks(strikes) and self.key.retire("parked"):
+            self._on_key_retired(
+                self.key, f"{strikes} rate-limit strikes: another client is likely using this key, or --rate/"
+                "--window-ms are above what the server enforces",
+            )
+
     def _acquire(self, request: Request) -> Permit | None:
         """A permit within the request's time-to-live, or None once the request has been routed."""
         try:
@@ -168,22 +183,18 @@ class Worker(ManagedThread):
         except BaseException:
             limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
             raise
-        limiter.release(permit, self._clock())
+        reading = classify(answer.status, answer.body, request.req_id)
+        limiter.release(permit, self._clock(), accepted=reading.outcome is Outcome.ACCEPTED)
         self._outage.answered()
         if answer.replaced_stale:
             self._metrics.record_stale_connection()
-        return classify(answer.status, answer.body, request.req_id), answer.retry_after
+        return reading, answer.retry_after
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:
         """Apply a failed attempt's action: first to the key (so no other send slips in), then to the request."""
         limiter = self.key.limiter
         if action.key is KeyStep.HOLD:
-            window = limiter.note_rate_limited()
-            limiter.hold(action.key_delay)
-            log.error(
-                "%s: 429 rate limited although the window rule forbids it (%s); key held back %.1f s,"
-                " window widened to %.3f s", self.key.name, reading.detail, max(window, action.key_delay), window,
-            )
+            self._strike(reading, action.key_delay)
         elif action.key is KeyStep.PAUSE:
             limiter.hold(action.key_delay)
             capped = f" (it asked for {retry_after:.0f} s, more than --max-retry-after)" if (

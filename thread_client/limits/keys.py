@@ -6,6 +6,7 @@ import threading
 from typing import Iterable, Iterator
 
 from ..clock import Clock, monotonic
+from .host_state import KeyState
 from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
 
@@ -28,6 +29,7 @@ class ApiKey:
         # Guards _retired_because; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
+        self._strikes = 0
 
     def __repr__(self) -> str:
         state = f"retired ({self._retired_because})" if self._retired_because else "active"
@@ -36,6 +38,16 @@ class ApiKey:
     @property
     def retired_because(self) -> str | None:
         return self._retired_because
+
+    @property
+    def strikes(self) -> int:
+        return self._strikes
+
+    def strike(self) -> int:
+        """Count one unexplained 429 on this key; returns the count so far."""
+        with self._lock:
+            self._strikes += 1
+            return self._strikes
 
     def retire(self, reason: str) -> bool:
         """Stop using this key for good; True for the call that retired it."""
@@ -54,8 +66,9 @@ class KeyPool:
     pool (keys leased from a shared store) can take this one's place.
     """
 
-    def __init__(self, keys: Iterable[ApiKey]) -> None:
+    def __init__(self, keys: Iterable[ApiKey], states: Iterable[KeyState] = ()) -> None:
         self._keys = tuple(keys)
+        self._states = tuple(states)
         if not self._keys:
             raise ValueError("a key pool needs at least one key")
 
@@ -64,23 +77,33 @@ class KeyPool:
         cls,
         secrets: Iterable[str],
         *,
+        state_dir: str,
         rate: int,
         window: float,
         order_latency: float,
         unanswered_hold: float,
         clock: Clock = monotonic,
     ) -> "KeyPool":
-        """Keys used by this process alone, nonces from the wall clock."""
-        return cls(
-            ApiKey(
-                secret,
-                ThreadSafeRateLimiter(
+        """Keys driven by this process alone on this host: each is locked in ``state_dir`` (KeyInUse
+        if another process holds one; then none is kept), and its nonces start above its durable mark."""
+        states: list[KeyState] = []
+        keys = []
+        try:
+            for secret in secrets:
+                state = KeyState(state_dir, secret, mask(secret))
+                state.lock()
+                states.append(state)
+                nonces = NonceGenerator(start_above=state.read_mark(), record_mark=state.write_mark)
+                limiter = ThreadSafeRateLimiter(
                     rate, name=mask(secret), window=window, order_latency=order_latency,
-                    unanswered_hold=unanswered_hold, nonces=NonceGenerator(), clock=clock,
-                ),
-            )
-            for secret in secrets
-        )
+                    unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
+                )
+                keys.append(ApiKey(secret, limiter))
+        except BaseException:
+            for state in states:
+                state.unlock()
+            raise
+        return cls(keys, states)
 
     def __repr__(self) -> str:
         return f"<KeyPool active={len(self) - len(self.retired())}/{len(self)}>"
@@ -107,3 +130,8 @@ class KeyPool:
         """Close every limiter: each waiting worker wakes with LimiterClosed."""
         for key in self._keys:
             key.limiter.close()
+
+    def release(self) -> None:
+        """Let the keys go on this host (their locks); after the workers are joined. Idempotent."""
+        for state in self._states:
+            state.unlock()

@@ -29,7 +29,12 @@ from .nonces import NonceGenerator
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
 
 _IN_FLIGHT = math.inf
+_FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
+# After this many accepted answers in a row, a widened order latency narrows by a tenth of the way
+# back (never below the configured value): ~10 s per step at 20 accepted/s per key.
+_NARROW_AFTER = 200
+_NARROW_FACTOR = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +95,13 @@ class ThreadSafeRateLimiter:
         self._changed = threading.Condition(self._lock)
         self._window = window
         self._order_latency = order_latency
+        self._configured_order_latency = order_latency
+        self._clean_answers = 0
         self._free_at = [-math.inf] * rate  # monotonic time each slot frees; _IN_FLIGHT while unanswered
         self._order_open_at = -math.inf
         self._held_until = -math.inf
         self._sequence = 0
-        self._nonce_skip = 1_000  # microseconds; doubles with every invalid nonce
+        self._nonce_skip = _FIRST_NONCE_SKIP  # doubles with every invalid nonce, back to the first on an accept
         self._closed = False
 
     def __repr__(self) -> str:
@@ -147,9 +154,21 @@ class ThreadSafeRateLimiter:
                 self._changed.wait(None if wait == math.inf else wait)
                 now = self._clock()
 
-    def release(self, permit: Permit, answered_at: float | None) -> None:
-        """Give back a permit: ``answered_at`` is when its answer arrived, None if none did."""
+    def release(self, permit: Permit, answered_at: float | None, accepted: bool = False) -> None:
+        """Give back a permit: ``answered_at`` is when its answer arrived, None if none did.
+
+        ``accepted``: the answer accepted the request, so the key's nonces are in step with the
+        server (the skip-ahead starts small again) and its order rule held (a long enough run of
+        these narrows a widened order latency back towards the configured one).
+        """
         with self._changed:
+            if accepted:
+                self._nonce_skip = _FIRST_NONCE_SKIP
+                self._clean_answers += 1
+                if self._clean_answers >= _NARROW_AFTER:
+                    self._clean_answers = 0
+                    excess = self._order_latency - self._configured_order_latency
+                    self._order_latency = self._configured_order_latency + excess * _NARROW_FACTOR
             if answered_at is None:
                 self._free_at[permit.slot] = self._clock() + self._window + self._unanswered_hold
             else:
@@ -169,10 +188,11 @@ class ThreadSafeRateLimiter:
             self._changed.notify_all()
 
     def note_rate_limited(self) -> float:
-        """A 429 arrived although the window rule forbids it: hold the key back a full window
-        and widen the window a little. Returns the new window."""
+        """A 429 arrived although the window rule forbids it (a strike): hold the key back a full
+        window plus the unanswered hold, so every stamp it may have left in the server's ring has
+        expired, and widen the window a little. Returns the new window."""
         with self._changed:
-            self._held_until = self._clock() + self._window
+            self._held_until = max(self._held_until, self._clock() + self._window + self._unanswered_hold)
             self._window += 0.005
             return self._window
 
@@ -181,6 +201,7 @@ class ThreadSafeRateLimiter:
         as far each time, so a server far ahead of this key's nonces is caught up in a few steps.
         Returns the new order latency."""
         with self._changed:
+            self._clean_answers = 0
             self._order_latency = min(self._max_order_latency, self._order_latency * 1.25 + 0.002)
             self.nonces.skip_ahead(self._nonce_skip)
             self._nonce_skip = min(self._nonce_skip * 2, _MAX_NONCE_SKIP)

@@ -65,6 +65,9 @@ class RetryPolicy:
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
     max_retry_after: float = 600.0
+    # Strikes (unexplained 429s) after which a key is parked for the rest of the run: well below
+    # the count at which the server blocks it for good (10 for the reference server).
+    max_strikes: int = 3
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -74,6 +77,12 @@ class RetryPolicy:
             raise ValueError(f"need 0 < backoff_base <= backoff_cap, got {self.backoff_base} and {self.backoff_cap}")
         if self.max_retry_after < 0:
             raise ValueError(f"max_retry_after must not be negative, got {self.max_retry_after}")
+        if self.max_strikes < 1:
+            raise ValueError(f"max_strikes must be at least 1, got {self.max_strikes}")
+
+    def parks(self, strikes: int) -> bool:
+        """True once a key has had so many strikes that it must not send again this run."""
+        return strikes >= self.max_strikes
 
     def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""

@@ -1,0 +1,73 @@
+"""Keys are never burned: one daemon per key per host, a strike budget far below the server's block, and
+nonces that survive a crash, a restart and a server far ahead."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import requests
+
+from conftest import KEYS, ROOT, read_summary, run_client, wait_for
+from thread_client.limits.keys import mask
+from tools.harness.client_process import client_command
+
+HOUR_US = 3_600_000_000
+
+
+def test_a_second_daemon_on_the_same_keys_is_refused_at_once(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    state = tmp_path / "state"
+    first = client_process(server, tmp_path, "--state-dir", str(state))
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 50)
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    second = subprocess.run(client_command(server.url, second_dir, "--state-dir", str(state), "--duration", "5"),
+                            capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert second.returncode == 2
+    assert f"key {mask(KEYS[0])} is in use by another thread-client on this host (pid {first.pid})" in second.stderr
+    assert KEYS[0] not in second.stderr and "started" not in second.stdout
+    assert not (second_dir / "summary.json").exists()  # nothing ran
+    first.terminate()
+    out, _ = first.communicate(timeout=30)
+    assert first.returncode == 0, out
+    stats = server.stats()["totals"]
+    assert stats["rate_limited"] == 0 and stats["invalid_nonce"] == 0
+    assert stats["accepted"] == read_summary(tmp_path)["accepted"]  # every acceptance was the first daemon's
+
+
+def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blocked(start_server, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    result, summary = run_client(server, tmp_path, "--rate", "25", "--load", "saturate", "--duration", "60")
+    assert result.returncode == 3, result.stdout  # every key parked: "all keys retired"
+    assert summary["retired_keys"] == {mask(key): "parked" for key in KEYS}
+    parked = [line for line in result.stdout.splitlines() if "parked" in line and " ERROR " in line]
+    assert len(parked) == 5 and all("another client is likely using this key" in line for line in parked)
+    stats = server.stats()
+    for key in KEYS:
+        assert not stats["keys"][key]["is_blocked"]
+        assert 3 <= stats["keys"][key]["rate_limited"] <= 5  # the budget, plus what was already in flight
+    assert summary["identity_holds"] and summary["accepted"] == stats["totals"]["accepted"]
+
+
+def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "2")
+    # Another client once pushed this key's last nonce 19 hours ahead of the wall clock.
+    ahead = time.time_ns() // 1000 + 19 * HOUR_US
+    answer = requests.get(f"{server.url}/api/request", params={"api_key": KEYS[0], "nonce": ahead, "req_id": "x"},
+                          timeout=5)
+    assert answer.status_code == 200
+    state = tmp_path / "state"
+    first = client_process(server, tmp_path, "--state-dir", str(state), "--max-retries", "50")
+    wait_for(lambda: server.stats()["keys"][KEYS[0]]["accepted"] >= 30, timeout=60)
+    invalid = server.stats()["keys"][KEYS[0]]["invalid_nonce"]
+    assert invalid >= 40  # the skip-ahead doubles to an hour a step, then catches up
+    first.kill()  # no clean shutdown: only what reached the disk counts
+    first.communicate(timeout=30)
+    again_dir = tmp_path / "again"
+    again_dir.mkdir()
+    result, summary = run_client(server, again_dir, "--state-dir", str(state), "--duration", "3")
+    assert result.returncode == 0, result.stdout
+    after = server.stats()["keys"][KEYS[0]]
+    assert after["invalid_nonce"] == invalid  # the first request of the new process was accepted, and every one after
+    assert summary["per_key"][mask(KEYS[0])]["accepted"] > 0

@@ -1,0 +1,73 @@
+"""A key's state on this host, kept in the state dir: who drives it now, and how far its nonces have gone.
+
+Two daemons on one key reuse each other's nonces and strike each other's rate
+limit until the server blocks the key (what users of ccxt and krakenex met with
+two scripts on one key). So each key has a lock file, held with ``flock`` for the
+life of the process and released by the kernel if the process dies, and a mark
+file with the highest nonce the key may have used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+from ..errors import KeyInUse
+
+__all__ = ["KeyState"]
+
+
+class KeyState:
+    """The files of one key in ``state_dir``, named by a hash of the key (never the key itself)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], secret: str, name: str) -> None:
+        self.name = name
+        folder = Path(state_dir)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        stem = "key-" + hashlib.sha256(secret.encode()).hexdigest()[:24]
+        self._lock_path = folder / f"{stem}.lock"
+        self._mark_path = folder / f"{stem}.nonce"
+        self._fd: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<KeyState {self.name} {'locked' if self._fd is not None else 'unlocked'}>"
+
+    def lock(self) -> None:
+        """Take the key for this process; raises KeyInUse (naming the holder's pid) if another has it."""
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise KeyInUse(self.name, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def unlock(self) -> None:
+        """Let the key go (the kernel does the same if the process dies); idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def read_mark(self) -> int:
+        """The highest nonce this key may have used on this host (0 if none is recorded)."""
+        try:
+            return int(self._mark_path.read_text().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def write_mark(self, mark: int) -> None:
+        """Record ``mark`` durably before any nonce up to it is used: a temporary file, fsync, then an
+        atomic replace, so a crash leaves the old mark or the new one, never a torn one."""
+        temporary = self._mark_path.with_suffix(".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{mark}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self._mark_path)
