@@ -70,7 +70,7 @@ bench: setup  ## saturate + exercise runs against a fresh server; prints the tab
 
 CHAOS_SECONDS ?= 30
 
-chaos: setup  ## five fault scenarios (faults + restart, idle timeout, 503 burst, 20 s outage, TLS); fails on any broken invariant
+chaos: setup  ## six fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, TLS, lost answers); fails on any broken invariant
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600

@@ -118,7 +118,10 @@ class ExchangeState:
         for key in blocked_keys:
             self._keys[key].is_blocked = True
         self._invalid_key = 0
-        self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0, "proxy_429": 0}
+        self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0, "proxy_429": 0, "lost_answer": 0}
+        # How often each req_id was accepted, by any key: a count above 1 is a duplicate the client caused.
+        self._accepted_ids: dict[str, int] = {}
+        self._duplicate_accepts = 0
 
     def is_known(self, key: str | None) -> bool:
         return key in self._keys
@@ -147,8 +150,8 @@ class ExchangeState:
             state.rate_limited += 1
             return MSG_RATE_LIMITED
 
-    def check_nonce(self, key: str, raw_nonce: str | None) -> bool:
-        """Step 5: accept the nonce if it is an integer above the key's last one."""
+    def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> bool:
+        """Step 5: accept the nonce if it is an integer above the key's last one (and count ``req_id``)."""
         try:
             nonce = int(raw_nonce) if raw_nonce is not None else None
         except ValueError:
@@ -160,7 +163,15 @@ class ExchangeState:
                 return False
             state.last_nonce = nonce
             state.accepted += 1
+            seen = self._accepted_ids.get(req_id or "", 0)
+            self._accepted_ids[req_id or ""] = seen + 1
+            self._duplicate_accepts += seen > 0
             return True
+
+    def accepted_ids(self) -> dict[str, int]:
+        """Every accepted req_id with how many times it was accepted."""
+        with self._lock:
+            return dict(self._accepted_ids)
 
     def stats(self) -> dict:
         """The ground truth as JSON-ready data (the shape the benchmarks read)."""
@@ -182,6 +193,7 @@ class ExchangeState:
                 for name in ("accepted", "rate_limited", "blocked", "invalid_nonce")
             }
             totals["invalid_key"] = self._invalid_key
+            totals["duplicate_accepts"] = self._duplicate_accepts
             totals.update(self._faults)
         return {
             "uptime_s": time.monotonic() - self._started,
@@ -218,6 +230,8 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.path == "/api/stats":
             self._answer(200, self.server.state.stats())
+        elif url.path == "/api/accepted":
+            self._answer(200, {"req_ids": self.server.state.accepted_ids()})
         elif url.path == "/api/request":
             params = self._params(url.query)
             if params is not None:
@@ -276,9 +290,15 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             state.count_fault(fault)
             self._answer_fault(fault)
             return
-        if not state.check_nonce(key, params.get("nonce")):
+        if not state.check_nonce(key, params.get("nonce"), params.get("req_id")):
             server.sleep_latency()
             self._answer(400, error_body(MSG_INVALID_NONCE))
+            return
+        if server.draw() < server.lost_answer_rate:
+            # Accepted, nonce spent, and the answer lost: the client cannot know, unless it asks again.
+            state.count_fault("lost_answer")
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
             return
         server.sleep_latency()
         self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
@@ -337,6 +357,7 @@ class ExchangeServer(ThreadingHTTPServer):
         close_every_answer: bool = False,
         forbidden_keys: frozenset[str] = frozenset(),
         proxy_429_rate: float = 0.0,
+        lost_answer_rate: float = 0.0,
     ) -> None:
         self.state = state
         self.retry_after = retry_after
@@ -344,6 +365,7 @@ class ExchangeServer(ThreadingHTTPServer):
         self.close_every_answer = close_every_answer
         self.forbidden_keys = forbidden_keys
         self.proxy_429_rate = proxy_429_rate
+        self.lost_answer_rate = lost_answer_rate
         self.max_latency_ms = max_latency_ms
         self.faults = faults
         self.verbose = verbose
@@ -405,6 +427,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--forbidden-keys", default="", help="comma-separated keys answered 403, as a firewall would")
     parser.add_argument("--proxy-429-rate", type=float, default=0.0,
                         help="probability that a proxy in front answers an HTML 429 on its own (default 0)")
+    parser.add_argument("--lost-answer-rate", type=float, default=0.0,
+                        help="probability of accepting a request (nonce spent) and then closing without an answer (default 0)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -419,8 +443,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--retry-after must not be negative, got {args.retry_after}")
     if args.idle_timeout is not None and not args.idle_timeout > 0:
         parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
-    if not 0 <= args.proxy_429_rate <= 1:
-        parser.error(f"--proxy-429-rate must be between 0 and 1, got {args.proxy_429_rate}")
+    for flag in ("proxy_429_rate", "lost_answer_rate"):
+        if not 0 <= getattr(args, flag) <= 1:
+            parser.error(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(args, flag)}")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     try:
@@ -443,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
             idle_timeout=args.idle_timeout, close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
-            proxy_429_rate=args.proxy_429_rate,
+            proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate,
         )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)

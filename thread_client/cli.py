@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from .clock import Clock, monotonic
-from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
+from .config import DEFAULT_URL, DELIVERIES, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
@@ -28,9 +28,9 @@ __all__ = ["build_config", "build_daemon", "main"]
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "ca_file", "max_retry_after", "max_strikes", "server_max_429", "rate", "max_retries", "queue_size", "threads_per_key", "load", "duration", "metrics_interval",
-    "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "metrics_port",
-    "outage_after",
+    "url", "ca_file", "delivery", "rate", "max_retries", "max_retry_after", "max_strikes", "server_max_429",
+    "queue_size", "load", "duration", "metrics_interval", "metrics_port", "outage_after",
+    "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json",
 )
 
 
@@ -98,8 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         "resume on the first answer (default %(default)s)")
     add("--queue-size", type=_bounded(int, 1, 1_000_000), default=50,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
-    add("--threads-per-key", type=_bounded(int, 1, 64), default=2,
-        help="worker threads per key, i.e. requests in flight per key (default %(default)s)")
+    add("--threads-per-key", type=_bounded(int, 1, 64),
+        help="worker threads per key, i.e. requests in flight per key (default 2; 1 with exactly-once)")
+    add("--delivery", choices=DELIVERIES, default="at-least-once",
+        help="at-least-once: a request whose answer was lost is sent again with a fresh nonce (it may be "
+        "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
+        "and a lost answer is asked again with the same nonce until the exchange's answer settles it "
+        "(default %(default)s)")
     add("--load", choices=LOADS, default="exercise",
         help="exercise: the original load, randint(0, 21) ms between requests; saturate: keep the queue full")
     add("--duration", type=_bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
@@ -132,6 +137,7 @@ def build_config(argv: list[str] | None = None) -> Config:
             keys=keys,
             keys_source=keys_source,
             state_dir=args.state_dir or str(default_state_dir()),
+            threads_per_key=args.threads_per_key or (1 if args.delivery == "exactly-once" else 2),
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
@@ -162,8 +168,10 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     keys, one ``http.client`` connection per worker (HTTPS verified against the system store or
     ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
+    # Exactly-once: the order gate opens only on a definite answer (one send in flight per key).
+    order_latency = math.inf if config.exactly_once else config.order_latency
     keys = KeyPool.local(
-        config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=config.order_latency,
+        config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=order_latency,
         unanswered_hold=config.http_timeout, clock=clock,
     )
     return Daemon(

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 from .io.sources import LOADS
 
-__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
+__all__ = ["Config", "DELIVERIES", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 KEYS_ENV = "THREAD_CLIENT_KEYS"
@@ -23,6 +23,7 @@ DEFAULT_KEYS = (
     "46V5EZ5K2DFAGW85J18L50SGO25WJ5JE",
 )
 DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
+DELIVERIES = ("at-least-once", "exactly-once")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -41,6 +42,7 @@ class Config:
     http_timeout: float = 1.0
     max_retries: int = 5
     max_retry_after: float = 600.0
+    delivery: str = "at-least-once"
     max_strikes: int = 3
     server_max_429: int = 10
     state_dir: str = field(default_factory=lambda: str(default_state_dir()))
@@ -85,12 +87,21 @@ class Config:
                 f"--max-strikes {self.max_strikes} must stay below --server-max-429 {self.server_max_429}, "
                 "the rejections after which the server blocks a key for good"
             )
+        if self.delivery not in DELIVERIES:
+            raise ConfigError(f"--delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
+        if self.exactly_once and self.threads_per_key != 1:
+            raise ConfigError("--delivery exactly-once sends one request at a time per key: --threads-per-key must be 1")
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
+
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
 
 
 def _positive(**values: float) -> None:

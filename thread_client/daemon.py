@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from types import TracebackType
 from typing import Callable, Sequence
 
@@ -83,7 +84,8 @@ class Daemon:
         self.workers = [
             Worker(
                 key, self.queues, self.metrics, transports(key), policy, self.outage, self._stop_workers,
-                index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop, clock=clock,
+                index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop,
+                exactly_once=config.exactly_once, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -130,9 +132,9 @@ class Daemon:
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(
-            "thread_client started: %s (%s) x %s against %s",
+            "thread_client started: %s (%s) x %s against %s, %s",
             _count(len(self.keys), "key"), self.config.keys_source, _count(self.config.threads_per_key, "thread"),
-            endpoint_of(self.config.url),
+            endpoint_of(self.config.url), self.config.delivery,
         )
 
     def request_stop(self, reason: str = "stopped") -> None:
@@ -192,9 +194,10 @@ class Daemon:
     def shutdown(self, join_timeout: float | None = None) -> Summary:
         """Stop in dependency order and return the summary; idempotent.
 
-        The producer stops first; requests in flight get up to the HTTP timeout to
-        finish; everything still queued (and anything waiting for a slot) is buried
-        with the stop reason. Nothing is lost: a thread that does not join in time is
+        The producer stops first; requests in flight get the HTTP timeout plus a second
+        to finish (an exactly-once one to settle its fate; if it cannot, it is buried as
+        ``unknown``); everything still queued (and anything waiting for a slot) is
+        buried with the stop reason. Nothing is lost: a thread that does not join in time is
         named in the summary, and so is the request it still holds (in flight).
         """
         with self._shutdown_lock:
@@ -208,6 +211,10 @@ class Daemon:
             self._stop_requeue.set()
             self._join([self.requeuer], timeout)
             self._stop_workers.set()
+            grace_ends = time.monotonic() + self.config.http_timeout + 1.0
+            for worker in self.workers:  # one grace for requests in flight (exactly-once ones settling)
+                if worker.ident is not None:
+                    worker.join(max(0.0, grace_ends - time.monotonic()))
             self.keys.close()
             self._join(self.workers, timeout)
             buried = self.queues.drain(drain_reason)

@@ -48,6 +48,7 @@ class BenchRow:
     rate_limited: int
     blocked: int
     invalid_nonce: int
+    duplicate_accepts: int
     created: int
     accepted: int
     accepted_of_created: float
@@ -128,8 +129,12 @@ MODES = {
     "tls": Mode("saturate", tls=True),
     # A server that closes every connection: a TCP connect per request.
     "conn-per-request": Mode("saturate", server_args=("--close-every-answer",)),
+    # One request in flight per key, a lost answer asked again with the same nonce.
+    "exactly-once": Mode("saturate", client_args=("--delivery", "exactly-once")),
+    # A server twice as slow as the reference (0-100 ms each way): the order rule must learn it.
+    "slow-server": Mode("saturate", server_args=("--max-latency-ms", "100")),
 }
-DEFAULT_MODES = "saturate,exercise,tls,conn-per-request"
+DEFAULT_MODES = ",".join(MODES)
 
 
 def tls_files(workdir: Path) -> tuple[Path, Path]:
@@ -220,6 +225,7 @@ def _measure(
         rate_limited=server_delta("rate_limited"),
         blocked=server_delta("blocked"),
         invalid_nonce=server_delta("invalid_nonce"),
+        duplicate_accepts=server_delta("duplicate_accepts"),
         created=int(created),
         accepted=int(client_delta("accepted")),
         accepted_of_created=round(client_delta("accepted") / created, 4) if created else 0.0,
@@ -241,7 +247,7 @@ def _measure(
 COLUMNS = [
     ("mode", "mode", "{}"), ("accepted/s", "accepted_per_s", "{:.1f}"), ("/nominal", "ratio_nominal", "{:.3f}"),
     ("ceiling", "ceiling_per_s", "{:.1f}"), ("/ceiling", "ratio_ceiling", "{:.3f}"), ("429 rl", "rate_limited", "{}"),
-    ("429 blk", "blocked", "{}"), ("400", "invalid_nonce", "{}"), ("created", "created", "{}"),
+    ("429 blk", "blocked", "{}"), ("400", "invalid_nonce", "{}"), ("dup", "duplicate_accepts", "{}"), ("created", "created", "{}"),
     ("acc/created", "accepted_of_created", "{:.4f}"), ("graveyard", "graveyard", "{}"), ("expired", "expired", "{}"),
     ("retries", "retries", "{}"), ("p50 ms", "latency_p50_ms", "{:.0f}"), ("p95 ms", "latency_p95_ms", "{:.0f}"),
     ("p99 ms", "latency_p99_ms", "{:.0f}"), ("rtt ms", "mean_round_trip_ms", "{:.1f}"),
@@ -271,6 +277,13 @@ def verdicts(row: BenchRow) -> list[str]:
             (">= 93 accepted/s (5 keys)", row.keys != 5 or row.accepted_per_s >= 93),
             (">= 0.98 of the strike-free ceiling", row.ratio_ceiling >= 0.98),
             ("invalid nonce < 1 per 10,000", row.invalid_nonce * 10_000 < max(row.accepted_per_s * row.seconds, 1)),
+        ]
+    elif row.mode == "exactly-once":
+        checks.append(("0 duplicates", row.duplicate_accepts == 0))
+    elif row.mode == "slow-server":
+        checks += [
+            (">= 0.93 of the strike-free ceiling", row.ratio_ceiling >= 0.93),
+            ("invalid nonce < 1% of accepted", row.invalid_nonce * 100 < max(row.accepted_per_s * row.seconds, 1)),
         ]
     elif row.mode == "exercise":
         checks += [

@@ -1,11 +1,13 @@
-"""``make chaos``: the exercise load through faulty, restarting, closing, pausing, vanishing and TLS servers.
+"""``make chaos``: the exercise load through faulty, restarting, closing, pausing, vanishing, answer-losing and
+TLS servers.
 
 Each scenario runs the client against a fresh reference server and plays a
 timeline on it (restart it, swap it for one answering 503 + Retry-After, take it
 away for a while). After each, the invariants must hold: the accounting
 identity exact, no thread dead or left running, no key blocked or retired, no
-strike at the server, nothing buried but the shutdown remainder, exit code 0.
-Exits non-zero if any scenario broke one.
+strike at the server, nothing buried but the shutdown remainder, exit code 0;
+with exactly-once, no request accepted twice; and a second client started on
+the same keys is refused. Exits non-zero if any scenario broke one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bench import tls_files
-from .harness.client_process import GRAVEYARD_FILE, client_command, read_summary
+from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, client_command, read_summary
 from .harness.server_process import REPO_ROOT, ServerProcess
 
 __all__ = ["main"]
@@ -36,6 +38,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     accepted: int = 0
     rate_limited: int = 0
+    duplicates: int = 0
     blocked: set[str] = field(default_factory=set)
 
     def at(self, seconds: float) -> None:
@@ -48,6 +51,7 @@ class Run:
             stats = self.server.stats()
             self.accepted += stats["totals"]["accepted"]
             self.rate_limited += stats["totals"]["rate_limited"]
+            self.duplicates += stats["totals"]["duplicate_accepts"]
             self.blocked |= {key for key, state in stats["keys"].items() if state["is_blocked"]}
 
     def restart(self, *args: str) -> None:
@@ -67,6 +71,7 @@ class Scenario:
     timeline: Callable[[Run, float], None] = lambda run, seconds: None
     client_args: tuple[str, ...] = ()
     tls: bool = False
+    second_client: bool = False  # also start a second client on the same keys: it must be refused
 
 
 def faults_and_restart(run: Run, seconds: float) -> None:
@@ -101,11 +106,13 @@ def outage(down_at: float, down_for: float) -> Callable[[Run, float], None]:
 def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
     faults = ("--fail-rate", "0.02", "--garbage-rate", "0.02", "--drop-rate", "0.02", "--stall-rate", "0.01")
     return [
-        Scenario("faults and a restart", faults, seconds, faults_and_restart),
+        Scenario("faults and a restart", faults, seconds, faults_and_restart, second_client=True),
         Scenario("idle keep-alive connections closed by the server", ("--idle-timeout", "0.05"), seconds),
         Scenario("a burst of 503 + Retry-After", (), seconds, retry_after_burst),
         Scenario(f"a {outage_seconds:.0f} s outage", (), outage_seconds + 15, outage(5, outage_seconds)),
         Scenario("HTTPS with faults", faults, seconds, tls=True),
+        Scenario("lost answers, exactly-once", ("--lost-answer-rate", "0.05", "--stall-rate", "0.02"), seconds,
+                 client_args=("--delivery", "exactly-once")),
     ]
 
 
@@ -124,7 +131,10 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
             cwd=REPO_ROOT,
         )
         run = Run(server)
+        second_exit = None
         try:
+            if scenario.second_client:
+                second_exit = second_client_exit(server.url, workdir, client_args)
             scenario.timeline(run, scenario.seconds)
             exit_code = client.wait(timeout=scenario.seconds + 60)
         finally:
@@ -140,8 +150,8 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
           f" ambiguous {summary['ambiguous_attempts']}, stale connections {summary['stale_connections']},"
           f" expired {summary['expired']}, graveyard {summary['graveyard_by_reason'] or 'empty'}, exit {exit_code}")
     print(f"  server: accepted {run.accepted} (all its runs), rate limited {run.rate_limited},"
-          f" blocked keys {len(run.blocked)}", flush=True)
-    return [
+          f" duplicates {run.duplicates}, blocked keys {len(run.blocked)}", flush=True)
+    checks = [
         ("accounting identity exact", summary["identity_holds"] and len(records) == summary["graveyard"]),
         ("no thread died or was left running", not summary["threads_died"] and not summary["threads_alive"]),
         ("no key blocked or retired", not run.blocked and not summary["retired_keys"]),
@@ -149,6 +159,19 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
         ("nothing buried but the shutdown remainder", reasons <= {"shutdown"}),
         ("client exit code 0", exit_code == 0),
     ]
+    if "exactly-once" in client_args:
+        checks.append(("no request accepted twice", run.duplicates == 0))
+    if scenario.second_client:
+        checks.append(("a second client on the same keys was refused (exit 2)", second_exit == 2))
+    return checks
+
+
+def second_client_exit(url: str, workdir: Path, client_args: list[str]) -> int:
+    """Start another client on the same keys and state dir while the first runs; its exit code."""
+    other = workdir / "second"
+    other.mkdir()
+    command = client_command(url, other, "--state-dir", str(workdir / STATE_DIR), "--duration", "5", *client_args)
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

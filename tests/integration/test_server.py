@@ -117,6 +117,8 @@ def test_stats_count_what_was_sent(fast_server):
         "drop": 0,
         "stall": 0,
         "proxy_429": 0,
+        "lost_answer": 0,
+        "duplicate_accepts": 0,
     }
     assert stats["keys"][KEYS[1]]["last_nonce"] == 5
     assert isinstance(stats["uptime_s"], float)

@@ -291,3 +291,20 @@ def test_admitted_stream_never_breaks_the_server_rule(rate, concurrency, epoch_f
     assert server_refusals(stamps_ms, rate) == 0
     nonces_by_arrival = [nonce for _, nonce in sorted(stamps)]
     assert nonces_by_arrival == sorted(nonces_by_arrival)
+
+
+def test_a_resend_reuses_its_nonce_and_place_and_passes_only_its_own_order_gate(clock):
+    lim = limiter(clock, order_latency=float("inf"))  # one send in flight: the gate opens on an answer only
+    first = lim.acquire(timeout=0)
+    lim.release(first, answered_at=None)  # no answer: its fate is unknown, the gate stays shut
+    with pytest.raises(LimiterTimeout):
+        lim.acquire(timeout=0)
+    again = lim.acquire(timeout=0, resend_of=first)
+    assert (again.nonce, again.sequence, again.resend) == (first.nonce, first.sequence, True)
+    assert again.slot != first.slot  # the first copy may have spent its slot: it stays held
+    lim.cancel(again)  # the resend never left (refused): the gate still waits on the first copy
+    with pytest.raises(LimiterTimeout):
+        lim.acquire(timeout=0)
+    settled = lim.acquire(timeout=0, resend_of=first)
+    lim.release(settled, answered_at=clock(), accepted=True)  # a definite answer opens the gate
+    assert lim.acquire(timeout=0).nonce > first.nonce

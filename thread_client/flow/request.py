@@ -16,7 +16,8 @@ class Request:
     ``req_id`` is sent as the contract's ``req_id``. ``created_at`` and ``deadline`` are
     monotonic seconds; ``created_wall`` is kept only for the graveyard record.
     ``failures`` counts attempts that spent a retry, ``unsent`` those that could not
-    be sent at all (the exchange unreachable), which cost nothing.
+    be sent at all (the exchange unreachable), which cost nothing, ``ambiguous`` those
+    that may have been accepted although no answer said so.
     """
 
     req_id: str
@@ -25,6 +26,7 @@ class Request:
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
     unsent: int = 0
+    ambiguous: int = 0  # attempts the exchange may have accepted without saying so
     last_failure: str | None = None
 
     def note_failure(self, reason: str, spend: bool = True) -> None:

@@ -24,6 +24,8 @@ __all__ = ["Worker"]
 log = logging.getLogger(__name__)
 
 _NO_ANSWER = {"timeout": Outcome.TIMEOUT, "reset": Outcome.CONNECTION_RESET, "stale": Outcome.CONNECTION_RESET}
+# What a first send over a kept connection the server had closed reads as: worth one resend.
+_STALE = Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request")
 
 
 class Worker(ManagedThread):
@@ -49,6 +51,7 @@ class Worker(ManagedThread):
         index: int = 0,
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
+        exactly_once: bool = False,
         clock: Clock = monotonic,
         poll: float = 0.25,
     ) -> None:
@@ -62,6 +65,7 @@ class Worker(ManagedThread):
         self._stopping = stop
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
+        self._exactly_once = exactly_once
         self._clock = clock
         self._poll = poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
@@ -96,10 +100,17 @@ class Worker(ManagedThread):
             return
         nonce, sent_at = permit.nonce, self._clock()
         reading, retry_after = self._exchange(permit, nonce, request, resend=False)
-        if reading is None:
-            reading, retry_after = self._resend_after_stale(permit, request)
-            if reading is None:
-                return
+        if reading is _STALE:
+            self._metrics.record_stale_connection()
+            if not self._exactly_once:  # exactly-once settles it below, like any other ambiguous attempt
+                reading, retry_after = self._resend_after_stale(permit, request)
+                if reading is None:
+                    return
+        if reading.outcome.ambiguous:
+            request.ambiguous += 1
+            if self._exactly_once:
+                self._metrics.record_attempt(self.key.name, reading.outcome, self._clock() - sent_at)
+                reading, retry_after = self._settle(permit, request), None
         finished_at = self._clock()
         outcome = reading.outcome
         round_trip = finished_at - sent_at
@@ -118,19 +129,56 @@ class Worker(ManagedThread):
             return
         self._carry_out(request, reading, action, retry_after)
 
+    def _settle(self, first: Permit, request: Request) -> Reading:
+        """Exactly-once: the first copy may have been accepted. Ask again with the same nonce, on this
+        key only (no other send on it meanwhile), until the exchange's answer settles it:
+
+        * 200: accepted now (a late first copy can only be refused: its nonce is spent);
+        * 400 invalid nonce: the first copy was accepted, since no later nonce was sent on this key;
+        * anything else says nothing of the first copy: back off (holding the key, which sends
+          nothing else meanwhile) and ask again.
+
+        A stop lets this finish (the daemon's shutdown grace); returns ``unknown`` once the key's
+        limiter closes before an answer settles it.
+        """
+        limiter = self.key.limiter
+        asked = 0
+        while True:
+            if asked:
+                limiter.hold(self._policy.backoff(asked))
+            asked += 1
+            try:
+                permit = limiter.acquire(resend_of=first)
+            except LimiterClosed:
+                break
+            reading, _ = self._exchange(permit, first.nonce, request, resend=True)
+            if reading.outcome is Outcome.ACCEPTED:
+                return reading
+            if reading.outcome is Outcome.INVALID_NONCE:
+                return Reading(Outcome.ACCEPTED, "accepted by an earlier copy (its nonce is spent)")
+            self._metrics.record_attempt(self.key.name, reading.outcome)
+            if reading.outcome.ambiguous:
+                request.ambiguous += 1
+        return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
+
     def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading | None, float | None]:
-        """A reused connection the server had closed: send the same nonce once more, on a fresh
-        connection, under a new permit (the first copy may have spent a slot). The same nonce is
-        safe only if no other send on the key came in between (the new permit is the very next);
-        otherwise the first attempt stays what it is, ambiguous. The resend is not an attempt."""
-        self._metrics.record_stale_connection()
+        """At-least-once, a reused connection the server had closed: send the same nonce once more,
+        on a fresh connection, under a new permit (the first copy may have spent a slot). The same
+        nonce is safe only if no other send on the key came in between (the new permit is the very
+        next); otherwise the first attempt stays what it is, ambiguous. A 400 invalid nonce then
+        says the first copy was accepted, unless another thread's later nonce overtook the resend
+        (the order rule's bet): ambiguous too. The resend is not an attempt. None: the request was
+        routed meanwhile (expired, key closed)."""
         permit = self._acquire(request)
         if permit is None:
-            return None, None  # routed (expired or key closed)
+            return None, None
         if permit.sequence != first.sequence + 1:
             self.key.limiter.cancel(permit)
-            return Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request"), None
-        return self._exchange(permit, first.nonce, request, resend=True)
+            return _STALE, None
+        reading, retry_after = self._exchange(permit, first.nonce, request, resend=True)
+        if reading.outcome is Outcome.INVALID_NONCE:
+            return Reading(Outcome.CONNECTION_RESET, "the first copy over the closed connection may have been accepted"), None
+        return reading, retry_after
 
     def _strike(self, reading: Reading, pause: float) -> None:
         """An unexplained 429: hold the key back (and longer if the server named a pause); park it
@@ -164,9 +212,9 @@ class Worker(ManagedThread):
             self._holding = None
         return None
 
-    def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading | None, float | None]:
+    def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading, float | None]:
         """Send once and give the permit back as the outcome allows. Returns the reading and the
-        Retry-After, or (None, None) for a stale connection worth one resend."""
+        Retry-After; ``_STALE`` for a first send over a stale connection, worth one resend."""
         limiter = self.key.limiter
         try:
             answer = self._transport.send(nonce, request.req_id)
@@ -177,7 +225,7 @@ class Worker(ManagedThread):
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
             limiter.release(permit, answered_at=None)
             if exc.kind == "stale" and not resend:
-                return None, None
+                return _STALE, None
             self._outage.failed("timeouts" if exc.kind == "timeout" else "connections reset")
             return Reading(_NO_ANSWER[exc.kind], exc.detail), None
         except BaseException:

@@ -54,6 +54,7 @@ class Graveyard:
             "req_id": request.req_id,
             "reason": reason,
             "attempts": request.failures,
+            "ambiguous_attempts": request.ambiguous,
             "last_failure": request.last_failure,
             "created": round(request.created_wall, 6),
             "buried": round(time.time(), 6),

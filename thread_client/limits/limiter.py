@@ -39,12 +39,14 @@ _NARROW_FACTOR = 0.9
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """The right to send one request now: which slot it uses, its nonce, its place in the send order."""
+    """The right to send one request now: which slot it uses, its nonce, its place in the send order.
+    ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown."""
 
     slot: int
     nonce: int
     sent_at: float
     sequence: int
+    resend: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +115,11 @@ class ThreadSafeRateLimiter:
 
     # -- decisions (called with the lock held) -------------------------------
 
-    def _delay_until_free(self, now: float) -> float:
-        """Seconds until both rules allow a send (0 if now, inf if only an answer can tell)."""
-        ready_at = max(min(self._free_at), self._order_open_at, self._held_until)
+    def _delay_until_free(self, now: float, resend: bool = False) -> float:
+        """Seconds until both rules allow a send (0 if now, inf if only an answer can tell).
+        A resend is the send the order gate is waiting on, so only the window rule applies to it."""
+        order_open_at = -math.inf if resend else self._order_open_at
+        ready_at = max(min(self._free_at), order_open_at, self._held_until)
         return max(0.0, ready_at - now)
 
     def _least_delay(self, now: float) -> float:
@@ -123,21 +127,24 @@ class ThreadSafeRateLimiter:
         earliest_slot = min(now + self._window if t == _IN_FLIGHT else t for t in self._free_at)
         return max(0.0, max(earliest_slot, self._held_until) - now)
 
-    def _take(self, now: float) -> Permit:
+    def _take(self, now: float, resend_of: Permit | None) -> Permit:
         slot = self._free_at.index(min(self._free_at))
         self._free_at[slot] = _IN_FLIGHT
+        if resend_of is not None:
+            return Permit(slot, resend_of.nonce, now, resend_of.sequence, resend=True)
         self._order_open_at = now + self._order_latency
         self._sequence += 1
         return Permit(slot, self.nonces.next(), now, self._sequence)
 
     # -- public API ----------------------------------------------------------
 
-    def acquire(self, timeout: float | None = None) -> Permit:
+    def acquire(self, timeout: float | None = None, *, resend_of: Permit | None = None) -> Permit:
         """Block until a send is allowed and return its permit.
 
-        Raises LimiterTimeout as soon as no slot can free within ``timeout`` seconds
-        (at once if that is already certain), and LimiterClosed if the limiter is or
-        gets closed.
+        ``resend_of``: a slot to send ``resend_of``'s nonce again (its fate unknown), past the
+        order gate that waits on it; no new nonce is drawn. Raises LimiterTimeout as soon as
+        no slot can free within ``timeout`` seconds (at once if that is already certain),
+        and LimiterClosed if the limiter is or gets closed.
         """
         with self._changed:
             now = self._clock()
@@ -145,9 +152,9 @@ class ThreadSafeRateLimiter:
             while True:
                 if self._closed:
                     raise LimiterClosed(self.name)
-                delay = self._delay_until_free(now)
+                delay = self._delay_until_free(now, resend_of is not None)
                 if delay <= 0:
-                    return self._take(now)
+                    return self._take(now, resend_of)
                 if now >= deadline or now + self._least_delay(now) > deadline:
                     raise LimiterTimeout(self.name, delay)
                 wait = min(delay, deadline - now)
@@ -168,7 +175,8 @@ class ThreadSafeRateLimiter:
                 if self._clean_answers >= _NARROW_AFTER:
                     self._clean_answers = 0
                     excess = self._order_latency - self._configured_order_latency
-                    self._order_latency = self._configured_order_latency + excess * _NARROW_FACTOR
+                    if math.isfinite(excess):  # an infinite order latency (one in flight) stays so
+                        self._order_latency = self._configured_order_latency + excess * _NARROW_FACTOR
             if answered_at is None:
                 self._free_at[permit.slot] = self._clock() + self._window + self._unanswered_hold
             else:
@@ -180,10 +188,11 @@ class ThreadSafeRateLimiter:
 
     def cancel(self, permit: Permit) -> None:
         """Give back a permit whose request surely never reached the server (connection refused):
-        its slot is free at once and, if it was the last send, so is the order gate."""
+        its slot is free at once and, if it was the last send, so is the order gate (not for a
+        resend: the copy before it may still arrive)."""
         with self._changed:
             self._free_at[permit.slot] = -math.inf
-            if permit.sequence == self._sequence:
+            if permit.sequence == self._sequence and not permit.resend:
                 self._order_open_at = -math.inf
             self._changed.notify_all()
 

@@ -35,6 +35,7 @@ class Outcome(enum.Enum):
     UNREACHABLE = "unreachable"  # refused, name not resolved, TLS handshake failed: nothing was sent
     EXPIRED = "expired"  # the time-to-live passed before a slot was free
     INTERNAL_ERROR = "internal_error"  # the client itself failed while handling the attempt
+    UNKNOWN = "unknown"  # exactly-once: the fate of an ambiguous attempt could not be settled (stopped first)
 
     @property
     def retires_key(self) -> bool:

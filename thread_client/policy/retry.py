@@ -113,6 +113,8 @@ class RetryPolicy:
             return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
         if outcome is Outcome.ENDPOINT_NOT_FOUND:
             return Action(RequestStep.HAND_BACK, reason="endpoint not found", stop=True)
+        if outcome is Outcome.UNKNOWN:
+            return Action(RequestStep.BURY, reason=f"unknown: {detail}" if detail else "unknown")
         if outcome is Outcome.REJECTED:
             return Action(RequestStep.BURY, reason=f"rejected: {detail}" if detail else "rejected")
         if outcome is Outcome.UNREACHABLE or (during_outage and outcome in _NO_ANSWER):
