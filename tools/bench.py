@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from .harness.client_process import SUMMARY_FILE, client_command, read_summary
 from thread_client.config import DEFAULT_KEYS
 from .plots import new_figure, save_figure
 from .harness.server_process import REPO_ROOT, ServerProcess
+from .harness.tls import tls_setup
 
 __all__ = ["BenchRow", "main"]
 
@@ -137,17 +137,6 @@ MODES = {
 DEFAULT_MODES = ",".join(MODES)
 
 
-def tls_files(workdir: Path) -> tuple[Path, Path]:
-    """A throwaway CA and a certificate for 127.0.0.1 (trustme, imported only when a TLS row runs)."""
-    import trustme
-
-    ca = trustme.CA()
-    server_pem, ca_pem = workdir / "server.pem", workdir / "ca.pem"
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca.cert_pem.write_to_path(str(ca_pem))
-    return server_pem, ca_pem
-
-
 def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str]) -> BenchRow:
     mode = MODES[name]
     keys_file = workdir / "keys.txt"
@@ -156,10 +145,8 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
     run_dir.mkdir()
     server_args, client_args, context = list(mode.server_args), list(mode.client_args), None
     if mode.tls:
-        server_pem, ca_pem = tls_files(run_dir)
-        server_args += ["--tls-cert", str(server_pem), "--tls-key", str(server_pem)]
-        client_args += ["--ca-file", str(ca_pem)]
-        context = ssl.create_default_context(cafile=str(ca_pem))
+        tls = tls_setup(run_dir)
+        server_args, client_args, context = server_args + list(tls.server_args), client_args + list(tls.client_args), tls.context
     with ServerProcess("--keys-file", str(keys_file), *server_args, ssl_context=context) as server:
         port = free_port()
         command = client_command(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -23,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .bench import tls_files
 from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, client_command, read_summary
 from .harness.server_process import REPO_ROOT, ServerProcess
+from .harness.tls import tls_setup
 
 __all__ = ["main"]
 
@@ -120,10 +119,8 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
     """Run one scenario; returns its checks."""
     server_args, client_args, context = list(scenario.server_args), list(scenario.client_args), None
     if scenario.tls:
-        server_pem, ca_pem = tls_files(workdir)
-        server_args += ["--tls-cert", str(server_pem), "--tls-key", str(server_pem)]
-        client_args += ["--ca-file", str(ca_pem)]
-        context = ssl.create_default_context(cafile=str(ca_pem))
+        tls = tls_setup(workdir)
+        server_args, client_args, context = server_args + list(tls.server_args), client_args + list(tls.client_args), tls.context
     with ServerProcess(*server_args, ssl_context=context) as server:
         client = subprocess.Popen(
             client_command(server.url, workdir, "--duration", str(scenario.seconds), "--log-level", "WARNING",

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-import ssl
 import time
-
-import pytest
-import trustme
 
 from conftest import KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
 from thread_client.limits.keys import mask
 from tools.bench import free_port
 from tools.harness.client_process import GRAVEYARD_FILE
+from tools.harness.tls import tls_setup
 
 
 def error_lines(output: str) -> list[str]:
@@ -94,33 +91,21 @@ def test_a_server_that_closes_every_connection_costs_a_reconnect_not_a_failure(s
 
 # -- HTTPS ---------------------------------------------------------------------------------
 
-@pytest.fixture
-def tls_files(tmp_path):
-    """A throwaway CA, a certificate for 127.0.0.1 signed by it, and a second CA that signed nothing."""
-    ca = trustme.CA()
-    server_pem = tmp_path / "server.pem"
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
-    ca_pem, other_ca_pem = tmp_path / "ca.pem", tmp_path / "other-ca.pem"
-    ca.cert_pem.write_to_path(str(ca_pem))
-    trustme.CA().cert_pem.write_to_path(str(other_ca_pem))
-    return server_pem, ca_pem, other_ca_pem
-
-
-def test_https_with_a_private_ca(start_server, tmp_path, tls_files):
-    server_pem, ca_pem, _ = tls_files
-    server = start_server("--max-latency-ms", "2", "--tls-cert", str(server_pem), "--tls-key", str(server_pem),
-                          ssl_context=ssl.create_default_context(cafile=str(ca_pem)))
+def test_https_with_a_private_ca(start_server, tmp_path):
+    tls = tls_setup(tmp_path)
+    server = start_server("--max-latency-ms", "2", *tls.server_args, ssl_context=tls.context)
     assert server.url.startswith("https://")
-    result, summary = run_client(server, tmp_path, "--ca-file", str(ca_pem), "--duration", "3")
+    result, summary = run_client(server, tmp_path, *tls.client_args, "--duration", "3")
     assert result.returncode == 0, result.stdout
     assert_clean_run(summary, server.stats())
 
 
-def test_https_against_the_wrong_ca_is_an_outage_that_buries_nothing(start_server, tmp_path, tls_files):
-    server_pem, _, other_ca_pem = tls_files
-    server = start_server("--max-latency-ms", "2", "--tls-cert", str(server_pem), "--tls-key", str(server_pem))
-    result, summary = run_client(server, tmp_path, "--ca-file", str(other_ca_pem), "--outage-after", "1",
-                                 "--duration", "4")
+def test_https_against_the_wrong_ca_is_an_outage_that_buries_nothing(start_server, tmp_path):
+    (tmp_path / "server").mkdir()
+    (tmp_path / "other").mkdir()
+    tls, other_ca = tls_setup(tmp_path / "server"), tls_setup(tmp_path / "other")  # the other CA signed nothing here
+    server = start_server("--max-latency-ms", "2", *tls.server_args, ssl_context=tls.context)
+    result, summary = run_client(server, tmp_path, *other_ca.client_args, "--outage-after", "1", "--duration", "4")
     assert result.returncode == 4, result.stdout
     outage = [line for line in error_lines(result.stdout) if "outage" in line]
     assert len(outage) == 1 and "TLS error (certificate verify failed" in outage[0]

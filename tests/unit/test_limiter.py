@@ -25,6 +25,22 @@ def delay_of(lim: ThreadSafeRateLimiter) -> float:
     return lim.state().ready_in
 
 
+def waiting(call, probe: "WaitProbe") -> tuple[threading.Thread, list]:
+    """Run ``call`` in a thread that records what it returns or raises; return once it waits in the limiter."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert probe.read_elsewhere.wait(5)
+    return thread, outcome
+
+
 class WaitProbe:
     """A real monotonic clock that tells when a thread other than the test's has read it.
 
@@ -151,21 +167,11 @@ def test_close_wakes_waiters_and_refuses_new_ones():
     probe = WaitProbe()
     lim = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, clock=probe)
     lim.release(lim.acquire(), answered_at=probe())
-    raised = []
-
-    def wait() -> None:
-        try:
-            lim.acquire()
-        except LimiterClosed as exc:
-            raised.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    assert probe.read_elsewhere.wait(5)
-    assert waiter.is_alive() and raised == []  # blocked: the only slot is 60 s away
+    waiter, outcome = waiting(lim.acquire, probe)
+    assert waiter.is_alive() and outcome == []  # blocked: the only slot is 60 s away
     lim.close()
     waiter.join(5)
-    assert not waiter.is_alive() and len(raised) == 1
+    assert not waiter.is_alive() and len(outcome) == 1 and isinstance(outcome[0], LimiterClosed)
     with pytest.raises(LimiterClosed):
         lim.acquire(timeout=0)
 
@@ -175,17 +181,7 @@ def test_a_waiting_key_never_stalls_another_key():
     busy = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, name="busy", clock=probe)
     free = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, name="free")
     busy.release(busy.acquire(), answered_at=probe())
-    outcome: list[BaseException] = []
-
-    def wait() -> None:
-        try:
-            busy.acquire()
-        except BaseException as exc:
-            outcome.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    assert probe.read_elsewhere.wait(5)
+    waiter, outcome = waiting(busy.acquire, probe)
     assert free.acquire(timeout=0).slot == 0  # would raise LimiterTimeout if a lock were held across the wait
     busy.close()
     waiter.join(5)
@@ -197,10 +193,7 @@ def test_waiter_is_woken_by_a_release():
     probe = WaitProbe()
     lim = ThreadSafeRateLimiter(2, window=0.2, order_latency=10.0, clock=probe)
     first = lim.acquire()
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(lim.acquire(timeout=5)))
-    waiter.start()
-    assert probe.read_elsewhere.wait(5)
+    waiter, got = waiting(lambda: lim.acquire(timeout=5), probe)
     assert got == []  # blocked on the order gate, 10 s away
     lim.release(first, answered_at=probe())  # opens the order gate early
     waiter.join(5)
