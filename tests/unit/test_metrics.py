@@ -97,3 +97,14 @@ def test_metrics_counts_are_exact_under_threads():
     snapshot = metrics.snapshot()
     assert (snapshot.accepted, snapshot.retried, snapshot.per_key["k"]["accepted"]) == (40_000, 40_000, 40_000)
     assert snapshot.attempt.count == 40_000
+
+
+def test_expiry_is_counted_apart_from_failed_attempts_and_ambiguous_ones_are_named():
+    metrics = Metrics()
+    for outcome in [Outcome.ACCEPTED, Outcome.EXPIRED, Outcome.EXPIRED, Outcome.TIMEOUT, Outcome.BAD_ANSWER,
+                    Outcome.SERVER_ERROR, Outcome.UNREACHABLE]:
+        metrics.record_attempt("k", outcome)
+    metrics.record_stale_connection()
+    snapshot = metrics.snapshot()
+    assert (snapshot.accepted, snapshot.expired, snapshot.failed) == (1, 2, 4)
+    assert (snapshot.ambiguous, snapshot.stale_connections) == (2, 1)

@@ -113,7 +113,8 @@ class Metrics:
             return MetricsSnapshot(
                 elapsed=self._clock() - self._started,
                 accepted=accepted,
-                failed=sum(outcomes.values()) - accepted,
+                # Expiry is no failed attempt (nothing was sent): counted apart, in ``expired``.
+                failed=sum(outcomes.values()) - accepted - outcomes.get(Outcome.EXPIRED.value, 0),
                 retried=self._retried,
                 expired=outcomes.get(Outcome.EXPIRED.value, 0),
                 ambiguous=sum(n for name, n in outcomes.items() if Outcome(name).ambiguous),
