@@ -18,8 +18,9 @@ from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
-from .io.sources import LOADS, SyntheticSource
-from .io.transport import Transport, tls_context
+from .io.results import Results
+from .io.sources import LOADS, JsonLinesSource, SyntheticSource
+from .io.transport import PARAMS_IN, Transport, tls_context
 from .limits.keys import KeyPool
 from .policy.retry import RetryPolicy
 
@@ -29,8 +30,8 @@ PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
     "url", "ca_file", "delivery", "rate", "max_retries", "max_retry_after", "max_strikes", "server_max_429",
-    "queue_size", "load", "duration", "metrics_interval", "metrics_port", "outage_after",
-    "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json",
+    "queue_size", "load", "source", "follow", "params_in", "duration", "metrics_interval", "metrics_port", "outage_after",
+    "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
 
 
@@ -105,8 +106,15 @@ def _parser() -> argparse.ArgumentParser:
         "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
         "and a lost answer is asked again with the same nonce until the exchange's answer settles it "
         "(default %(default)s)")
+    add("--source", default="generate", metavar="generate|PATH|-",
+        help="where requests come from: generate (the synthetic --load), a JSON-lines file of "
+        '{"id": "...", "params": {...}} objects, or - for standard input (default %(default)s)')
+    add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
+    add("--params-in", choices=PARAMS_IN, default="query",
+        help="send a request's params in the query string or as a form body (default %(default)s)")
     add("--load", choices=LOADS, default="exercise",
-        help="exercise: the original load, randint(0, 21) ms between requests; saturate: keep the queue full")
+        help="with --source generate: exercise, the original load, randint(0, 21) ms between requests; "
+        "saturate, keep the queue full")
     add("--duration", type=_bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
         help="stop after this long; 0 runs until stopped")
     add("--metrics-interval", type=_bounded(float, 0.1, 86_400, "s"), default=5, metavar="SECONDS",
@@ -120,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--log-backups", type=_bounded(int, 0, 1000), default=3, help="rotated log files kept (default %(default)s)")
     add("--graveyard", default="graveyard.jsonl", metavar="PATH",
         help="JSON-lines file of requests that were never accepted (default %(default)s)")
+    add("--results", metavar="PATH",
+        help="JSON-lines file with exactly one final record per request; - for standard output (then logs go "
+        "to stderr). Default: results.jsonl next to --graveyard for a --source file or pipe, none for generate")
+    add("--max-body-bytes", type=_bounded(int, 0, 1_048_576), default=4096,
+        help="keep at most this much of the exchange's answer in a result record (default %(default)s)")
     add("--summary-json", metavar="PATH", help="write the final summary here as JSON")
     return p
 
@@ -129,13 +142,18 @@ def build_config(argv: list[str] | None = None) -> Config:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if args.results is None and args.source != "generate":
+            args.results = str(Path(args.graveyard).with_name("results.jsonl"))
         for flag, path in (("--graveyard", args.graveyard), ("--summary-json", args.summary_json),
-                           ("--log-file", args.log_file)):
+                           ("--log-file", args.log_file), ("--results", None if args.results == "-" else args.results)):
             _check_writable(flag, path)
+        if args.source not in ("generate", "-") and not os.access(args.source, os.R_OK):
+            raise ConfigError(f"--source {args.source}: cannot read it")
         keys, keys_source = load_keys(args.keys_file)
         return Config(
             keys=keys,
             keys_source=keys_source,
+            results=args.results,
             state_dir=args.state_dir or str(default_state_dir()),
             threads_per_key=args.threads_per_key or (1 if args.delivery == "exactly-once" else 2),
             window=args.window_ms / 1000,
@@ -176,10 +194,15 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     )
     return Daemon(
         config,
-        source=SyntheticSource(config.load),
+        source=SyntheticSource(config.load) if config.source == "generate" else JsonLinesSource(
+            config.source, follow=config.follow, state_dir=config.state_dir
+        ),
         graveyard=Graveyard(config.graveyard),
+        results=Results(config.results, max_body_bytes=config.max_body_bytes) if config.results else None,
         keys=keys,
-        transports=lambda key: Transport(config.url, key.secret, config.http_timeout, ssl_context=context),
+        transports=lambda key: Transport(
+            config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in
+        ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes),
         clock=clock,
@@ -188,7 +211,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
 
 def _configure_logging(config: Config) -> None:
     formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(threadName)s %(message)s")
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
+    # With the results on standard output, everything else goes to standard error.
+    console = sys.stderr if config.results == "-" else sys.stdout
+    handlers: list[logging.Handler] = [logging.StreamHandler(console)]
     if config.log_file:
         handlers.append(
             logging.handlers.RotatingFileHandler(
@@ -216,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     summary = daemon.run()
-    print(summary.text(), flush=True)
+    print(summary.text(), flush=True, file=sys.stderr if config.results == "-" else sys.stdout)
     if config.summary_json:
         summary.write_json(config.summary_json)
     return summary.exit_code

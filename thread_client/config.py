@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigError
 from .io.sources import LOADS
+from .io.transport import PARAMS_IN
 
 __all__ = ["Config", "DELIVERIES", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
 
@@ -49,6 +50,9 @@ class Config:
     queue_size: int = 50
     threads_per_key: int = 2
     load: str = "exercise"
+    source: str = "generate"  # or a JSON-lines file, or "-" for standard input
+    follow: bool = False
+    params_in: str = "query"
     duration: float = 0.0
     outage_after: float = 5.0
     metrics_interval: float = 5.0
@@ -57,6 +61,8 @@ class Config:
     log_max_bytes: int = 10 * 1024 * 1024
     log_backups: int = 3
     graveyard: str | None = "graveyard.jsonl"
+    results: str | None = None  # "-" for standard output
+    max_body_bytes: int = 4096
     summary_json: str | None = None
     metrics_port: int | None = None
 
@@ -91,6 +97,10 @@ class Config:
             raise ConfigError(f"--delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
         if self.exactly_once and self.threads_per_key != 1:
             raise ConfigError("--delivery exactly-once sends one request at a time per key: --threads-per-key must be 1")
+        if self.follow and self.source in ("generate", "-"):
+            raise ConfigError("--follow tails a file: give --source PATH")
+        if self.params_in not in PARAMS_IN:
+            raise ConfigError(f"--params-in must be one of {', '.join(PARAMS_IN)}, got {self.params_in!r}")
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:

@@ -12,13 +12,14 @@ from typing import Callable, Sequence
 from .clock import Clock, monotonic
 from .config import Config
 from .errors import ConfigError
-from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, GRAVEYARD_FAILED, THREAD_FAILED
+from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
 from .flow.outage import OutageGate
 from .flow.producer import Producer, RequestSource
 from .flow.queues import QueueManager
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
+from .io.results import Results
 from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
 from .observe.metrics import Metrics
@@ -60,6 +61,7 @@ class Daemon:
         source: RequestSource,
         graveyard: Graveyard,
         keys: KeyPool,
+        results: Results | None = None,
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
@@ -74,12 +76,17 @@ class Daemon:
         self._stop_workers = threading.Event()
         self._stop_reports = threading.Event()
         self.graveyard = graveyard
-        graveyard.on_write_error = lambda exc: self.request_stop(GRAVEYARD_FAILED)
+        self.results = results
+        for output in (graveyard, results):
+            if output is not None:
+                output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
         self.keys = keys
-        self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, clock=clock)
+        self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, clock=clock)
         self.metrics = Metrics(clock)
         self.outage = OutageGate(config.outage_after, clock=clock)
-        self.producer = Producer(self.queues, source, self._stop_producer, clock=clock)
+        self.producer = Producer(
+            self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
+        )
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
         self.workers = [
             Worker(
@@ -225,6 +232,8 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.graveyard.close()
+            if self.results is not None:
+                self.results.close()
             self.keys.release()
             self._report_unwritten()
             self.stop_latch.close()
@@ -243,13 +252,13 @@ class Daemon:
             return self._summary
 
     def _report_unwritten(self) -> None:
-        """Records the graveyard file refused go to stderr, one JSON line each: nothing is lost."""
-        lines = self.graveyard.unwritten()
-        if lines:
-            log.error("%d graveyard records could not be written to %s; they follow on stderr",
-                      len(lines), self.graveyard.path)
-            sys.stderr.write("".join(f"{line}\n" for line in lines))
-            sys.stderr.flush()
+        """Records an output file refused go to stderr, one JSON line each: nothing is lost."""
+        for output in (self.graveyard, self.results):
+            lines = output.unwritten() if output is not None else []
+            if lines:
+                log.error("%d records could not be written to %s; they follow on stderr", len(lines), output.path)
+                sys.stderr.write("".join(f"{line}\n" for line in lines))
+                sys.stderr.flush()
 
     @staticmethod
     def _join(threads: list[ManagedThread], timeout: float) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
-    "ALL_KEYS_RETIRED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "GRAVEYARD_FAILED", "NEVER_REACHED",
+    "ALL_KEYS_RETIRED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "OUTPUT_FAILED", "INPUT_DONE", "NEVER_REACHED",
     "THREAD_FAILED", "exit_code_for",
 ]
 
@@ -11,13 +11,14 @@ ALL_KEYS_RETIRED = "all keys retired"
 ENDPOINT_NOT_FOUND = "endpoint not found"
 NEVER_REACHED = "never reached the exchange"
 THREAD_FAILED = "a thread kept dying"
-GRAVEYARD_FAILED = "graveyard file not writable"
+OUTPUT_FAILED = "an output file is not writable"
+INPUT_DONE = "input done: every request has its final outcome"
 
 #: 0 is a clean stop; a broken accounting identity is 1 too, decided by the summary itself.
-EXIT_CODES = {THREAD_FAILED: 1, GRAVEYARD_FAILED: 1, ENDPOINT_NOT_FOUND: 2, ALL_KEYS_RETIRED: 3, NEVER_REACHED: 4}
+EXIT_CODES = {THREAD_FAILED: 1, OUTPUT_FAILED: 1, ENDPOINT_NOT_FOUND: 2, ALL_KEYS_RETIRED: 3, NEVER_REACHED: 4}
 
 EXIT_HELP = (
-    "Exit codes: 0 clean stop, 1 accounting, thread or graveyard-file failure, 2 bad arguments or endpoint not found, "
+    "Exit codes: 0 clean stop, 1 accounting, thread or output-file failure, 2 bad arguments or endpoint not found, "
     "3 every key retired (blocked, invalid or forbidden), 4 never reached the exchange."
 )
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, client_command, read_summary
+from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, SUMMARY_FILE, client_command, read_summary
 from .harness.server_process import REPO_ROOT, ServerProcess
 from .harness.tls import tls_setup
 
@@ -131,7 +131,7 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
         second_exit = None
         try:
             if scenario.second_client:
-                second_exit = second_client_exit(server.url, workdir, client_args)
+                second_exit = second_client_exit(server, workdir, client_args)
             scenario.timeline(run, scenario.seconds)
             exit_code = client.wait(timeout=scenario.seconds + 60)
         finally:
@@ -139,6 +139,9 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
                 client.kill()
                 client.wait()
         run.take_stats()
+    if not (workdir / SUMMARY_FILE).exists():
+        print(f"  the client wrote no summary (exit {exit_code})", flush=True)
+        return [("the client ran and wrote its summary", False)]
     summary = read_summary(workdir)
     graveyard = workdir / GRAVEYARD_FILE
     records = [json.loads(line) for line in graveyard.read_text().splitlines()] if graveyard.exists() else []
@@ -163,11 +166,18 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
     return checks
 
 
-def second_client_exit(url: str, workdir: Path, client_args: list[str]) -> int:
-    """Start another client on the same keys and state dir while the first runs; its exit code."""
+def second_client_exit(server: ServerProcess, workdir: Path, client_args: list[str]) -> int | None:
+    """Once the first client is working (its keys locked), start another on the same keys and state
+    dir; its exit code (None if the first never got going)."""
+    deadline = time.monotonic() + 30
+    while server.stats()["totals"]["accepted"] == 0:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
     other = workdir / "second"
     other.mkdir()
-    command = client_command(url, other, "--state-dir", str(workdir / STATE_DIR), "--duration", "5", *client_args)
+    command = client_command(server.url, other, "--state-dir", str(workdir / STATE_DIR), "--duration", "5",
+                             *client_args)
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, timeout=60).returncode
 
 

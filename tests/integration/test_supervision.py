@@ -27,11 +27,11 @@ class DeadlyTransport(Transport):
         self._deadly = deadly  # None: every call
         self._calls = 0
 
-    def send(self, nonce: int, req_id: str):
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None):
         self._calls += 1
         if self._deadly is None or self._calls in self._deadly:
             raise WorkerKilled(f"injected fault on call {self._calls}")
-        return super().send(nonce, req_id)
+        return super().send(nonce, req_id, params)
 
 
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
@@ -80,7 +80,7 @@ def test_a_graveyard_on_a_full_disk_keeps_every_record_and_stops_with_exit_1(sta
     result, summary = run_client(server, tmp_path, "--graveyard", "/dev/full", "--max-retries", "0",
                                  "--duration", "30")
     assert result.returncode == 1, result.stdout
-    assert summary["stop_reason"] == "graveyard file not writable" and summary["duration_s"] < 20
+    assert summary["stop_reason"] == "an output file is not writable" and summary["duration_s"] < 20
     assert summary["identity_holds"] and summary["graveyard"] > 0
     records = [json.loads(line) for line in result.stderr.splitlines()]
     assert len(records) == summary["graveyard"]  # every record, on stderr instead

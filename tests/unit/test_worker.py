@@ -24,7 +24,7 @@ class FlakyTransport:
     def __init__(self) -> None:
         self.calls = 0
 
-    def send(self, nonce: int, req_id: int) -> Answer:
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         self.calls += 1
         if self.calls == 1:
             raise RuntimeError("bug in the transport")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..clock import Clock, monotonic
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
+from ..io.results import Results, final_outcome
 from .request import Request
 
 __all__ = ["QueueCounts", "QueueManager"]
@@ -65,21 +66,26 @@ class QueueManager:
         *,
         queue_size: int = 50,
         ttl: float = 1.0,
+        results: Results | None = None,
         clock: Clock = monotonic,
     ) -> None:
         if queue_size < 1 or ttl <= 0:
             raise ValueError("queue_size must be >= 1 and ttl > 0")
         self.graveyard = graveyard
+        self.results = results
         self.ttl = ttl
         self.queue_size = queue_size
         self._clock = clock
         self._main: queue.PriorityQueue[tuple[int, int, Request]] = queue.PriorityQueue(queue_size)
         self._dlq = DelayQueue(clock)
         self._order = itertools.count()
-        # Guards the three counters below; never held across a blocking queue call.
+        # Guards the counters below; never held across a blocking queue call. `_settled_all` is
+        # notified when every request created has reached its final state.
         self._lock = threading.Lock()
+        self._settled_all = threading.Condition(self._lock)
         self._created = 0
         self._accepted = 0
+        self._finished = 0  # accepted or buried
         self._in_flight = 0
 
     def __repr__(self) -> str:
@@ -101,7 +107,9 @@ class QueueManager:
                 return True
             except queue.Full:
                 continue
-        self.graveyard.bury(request, "shutdown")
+        self._record_burial(request, "shutdown")
+        with self._lock:
+            self._count_finished()
         return False
 
     # -- workers -------------------------------------------------------------
@@ -120,9 +128,12 @@ class QueueManager:
 
     def accept(self, request: Request) -> None:
         """An in-flight request was accepted: its journey ends."""
+        if self.results is not None:
+            self.results.record(request, "accepted")
         with self._lock:
             self._accepted += 1
             self._in_flight -= 1
+            self._count_finished()
 
     def retry(self, request: Request, reason: str, delay: float, spend: bool = True) -> None:
         """An in-flight attempt failed and is to be tried again: it waits ``delay`` seconds in the DLQ
@@ -143,9 +154,38 @@ class QueueManager:
         last, if the burial follows one."""
         if failure is not None:
             request.note_failure(failure)
+        self._record_burial(request, reason)
         with self._lock:
             self._in_flight -= 1
+            self._count_finished()
+
+    def reject(self, request: Request, reason: str) -> None:
+        """A request refused at intake (a line that is no request): created and buried at once, never sent."""
+        self._record_burial(request, reason)
+        with self._lock:
+            self._created += 1
+            self._count_finished()
+
+    def wait_until_settled(self, stop: threading.Event, poll: float = 0.25) -> bool:
+        """Block until every request created has its final outcome (True), or ``stop`` is set (False)."""
+        with self._settled_all:
+            while self._finished < self._created:
+                if stop.is_set():
+                    return False
+                self._settled_all.wait(poll)  # the stop event cannot notify this condition: look at it again
+            return True
+
+    def _record_burial(self, request: Request, reason: str) -> None:
+        """The final record of a request never accepted: the graveyard, and the results if kept."""
         self.graveyard.bury(request, reason)
+        if self.results is not None:
+            self.results.record(request, final_outcome(reason), reason)
+
+    def _count_finished(self, requests: int = 1) -> None:
+        """Called with the lock held."""
+        self._finished += requests
+        if self._finished == self._created:
+            self._settled_all.notify_all()
 
     # -- requeue thread ------------------------------------------------------
 
@@ -183,11 +223,13 @@ class QueueManager:
                 request = self._main.get_nowait()[2]
             except queue.Empty:
                 break
-            self.graveyard.bury(request, reason)
+            self._record_burial(request, reason)
             buried += 1
         for request in self._dlq.drain():
-            self.graveyard.bury(request, reason)
+            self._record_burial(request, reason)
             buried += 1
+        with self._lock:
+            self._count_finished(buried)
         return buried
 
     def sizes(self) -> tuple[int, int]:

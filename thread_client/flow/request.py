@@ -22,12 +22,24 @@ class Request:
 
     req_id: str
     created_at: float
+    params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
     unsent: int = 0
+    attempts: int = 0  # attempts that went out (or tried to)
     ambiguous: int = 0  # attempts the exchange may have accepted without saying so
     last_failure: str | None = None
+    # The latest attempt, for the final record: which key and nonce, and what the exchange answered.
+    key: str = ""
+    nonce: int | None = None
+    http_status: int | None = None
+    body: bytes = b""
+
+    def note_attempt(self, key: str, nonce: int, http_status: int | None, body: bytes) -> None:
+        """An attempt went out on ``key`` with ``nonce``; ``http_status`` None: no answer came."""
+        self.key, self.nonce, self.http_status, self.body = key, nonce, http_status, body
+        self.attempts += 1
 
     def note_failure(self, reason: str, spend: bool = True) -> None:
         """An attempt failed for ``reason``; ``spend`` says whether it counts against the retry budget."""

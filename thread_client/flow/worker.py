@@ -217,8 +217,9 @@ class Worker(ManagedThread):
         Retry-After; ``_STALE`` for a first send over a stale connection, worth one resend."""
         limiter = self.key.limiter
         try:
-            answer = self._transport.send(nonce, request.req_id)
+            answer = self._transport.send(nonce, request.req_id, request.params)
         except TransportError as exc:
+            request.note_attempt(self.key.name, nonce, None, b"")
             if exc.kind == "unreachable":
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
                 self._outage.failed(exc.detail)
@@ -231,6 +232,7 @@ class Worker(ManagedThread):
         except BaseException:
             limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
             raise
+        request.note_attempt(self.key.name, nonce, answer.status, answer.body)
         reading = classify(answer.status, answer.body, request.req_id)
         limiter.release(permit, self._clock(), accepted=reading.outcome is Outcome.ACCEPTED)
         self._outage.answered()

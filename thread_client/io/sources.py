@@ -1,13 +1,40 @@
-"""Where requests come from: the synthetic loads the daemon can generate by itself."""
+"""Where requests come from: the synthetic loads, or the user's own requests as JSON lines (a file or a pipe)."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 import random
+import sys
 import threading
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
 
-__all__ = ["LOADS", "SyntheticSource"]
+from .seen_ids import SeenIds
+
+__all__ = ["LOADS", "RESERVED_PARAMS", "InvalidInput", "JsonLinesSource", "SyntheticSource", "Work", "parse_line"]
+
+#: Names the contract uses itself: a request's own parameters may not take them.
+RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
+_MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings."""
+
+    id: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidInput:
+    """A line that is no request: never sent, recorded as ``invalid_input`` with its line number."""
+
+    line: int
+    id: str
+    reason: str
 
 #: "exercise": the original load, a request then a sleep of randint(0, 21) ms (~91-95/s offered).
 #: "saturate": no sleep; the main queue stays full, to measure capacity.
@@ -28,11 +55,95 @@ class SyntheticSource:
     def __repr__(self) -> str:
         return f"<SyntheticSource {self.load}>"
 
-    def read(self, stop: threading.Event) -> Iterator[int]:
-        """Yield ids until ``stop`` is set; the exercise pause waits on ``stop``, so it ends at once."""
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput]:
+        """Yield requests until ``stop`` is set; the exercise pause waits on ``stop``, so it ends at once."""
         for req_id in self._ids:
             if stop.is_set():
                 return
-            yield req_id
+            yield Work(str(req_id))
             if self.load == "exercise" and stop.wait(self._rng.randint(0, _EXERCISE_MAX_GAP_MS) / 1000):
                 return
+
+
+class JsonLinesSource:
+    """The user's requests, one JSON object per line: ``{"id": "...", "params": {"name": scalar, ...}}``.
+
+    Read lazily from a file (``path``) or standard input (``"-"``): the producer
+    takes the next line only when the main queue has room, so memory stays flat
+    however long the input. Ids are checked for duplicates within the run on
+    disk (``SeenIds``). With ``follow`` the end of a file is not the end: the
+    source waits for more lines, like ``tail -f``, until ``stop``.
+    """
+
+    def __init__(self, path: str, *, follow: bool = False, poll: float = 0.25, state_dir: str | None = None) -> None:
+        self.path = path
+        self._follow = follow
+        self._poll = poll
+        self._state_dir = state_dir
+
+    def __repr__(self) -> str:
+        return f"<JsonLinesSource {self.path}{' (follow)' if self._follow else ''}>"
+
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput]:
+        seen = SeenIds(self._state_dir)
+        stream: BinaryIO = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")  # noqa: SIM115
+        try:
+            for number, raw in enumerate(self._lines(stream, stop), 1):
+                if not raw.strip():
+                    continue
+                item = parse_line(raw, number)
+                if isinstance(item, Work) and not seen.add(item.id):
+                    item = InvalidInput(number, item.id, f"duplicate id {item.id!r}")
+                yield item
+        finally:
+            seen.close()
+            if stream is not sys.stdin.buffer:
+                stream.close()
+
+    def _lines(self, stream: BinaryIO, stop: threading.Event) -> Iterator[bytes]:
+        """Whole lines; a last line without its newline counts once the input has ended (not when following)."""
+        partial = b""
+        while not stop.is_set():
+            chunk = stream.readline()
+            if chunk.endswith(b"\n"):
+                yield partial + chunk
+                partial = b""
+            elif chunk:
+                partial += chunk
+            elif not self._follow:
+                if partial:
+                    yield partial
+                return
+            elif stop.wait(self._poll):
+                return
+
+
+def parse_line(raw: bytes, number: int) -> Work | InvalidInput:
+    """One line read against the request format; never raises."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return InvalidInput(number, "", "not JSON")
+    if not isinstance(value, dict):
+        return InvalidInput(number, "", "not a JSON object")
+    request_id = value.get("id")
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= _MAX_ID_LENGTH:
+        return InvalidInput(number, "", f"no \"id\" string of 1 to {_MAX_ID_LENGTH} characters")
+    unknown = set(value) - {"id", "params"}
+    if unknown:
+        return InvalidInput(number, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
+    params = value.get("params", {})
+    if not isinstance(params, dict):
+        return InvalidInput(number, request_id, "\"params\" is not an object")
+    reserved = RESERVED_PARAMS & set(params)
+    if reserved:
+        return InvalidInput(number, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
+    as_text = {}
+    for name, scalar in params.items():
+        if isinstance(scalar, bool):
+            as_text[name] = "true" if scalar else "false"
+        elif isinstance(scalar, str) or (isinstance(scalar, (int, float)) and math.isfinite(scalar)):
+            as_text[name] = str(scalar)
+        else:
+            return InvalidInput(number, request_id, f"parameter {name!r} is not a string, number or boolean")
+    return Work(request_id, as_text)

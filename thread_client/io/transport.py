@@ -10,14 +10,17 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from ..errors import TransportError
 
-__all__ = ["ENDPOINT_PATH", "Answer", "Transport", "endpoint_of", "parse_retry_after", "tls_context"]
+__all__ = ["ENDPOINT_PATH", "PARAMS_IN", "Answer", "Transport", "endpoint_of", "parse_retry_after", "tls_context"]
 
 #: The contract's endpoint; ``--url`` may name it or only the server's base.
 ENDPOINT_PATH = "/api/request"
+#: Where a request's own parameters travel: the query string, or a form-encoded body on the GET.
+PARAMS_IN = ("query", "form")
+_FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,18 @@ class Transport:
     each worker has its own.
     """
 
-    def __init__(self, url: str, api_key: str, timeout: float = 1.0, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        timeout: float = 1.0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        params_in: str = "query",
+    ) -> None:
+        if params_in not in PARAMS_IN:
+            raise ValueError(f"params_in must be one of {PARAMS_IN}, got {params_in!r}")
+        self._form = params_in == "form"
         parts = urlsplit(endpoint_of(url))
         self.endpoint = endpoint_of(url)
         self._prefix = f"{parts.path}?api_key={quote(api_key)}&nonce="
@@ -78,8 +92,9 @@ class Transport:
         state = "open" if self._connection.sock is not None else "closed"
         return f"<Transport {self.endpoint} {state}>"
 
-    def send(self, nonce: int, req_id: str) -> Answer:
-        """One attempt; raises TransportError (see the class docstring) when no answer came."""
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+        """One attempt; raises TransportError (see the class docstring) when no answer came.
+        ``params`` go along in the query string, or as a form body on the GET (``params_in="form"``)."""
         connection = self._connection
         replaced_stale = connection.sock is not None and _closed_by_peer(connection.sock)
         if replaced_stale:
@@ -88,7 +103,13 @@ class Transport:
         if not reused:
             self._connect()
         try:
-            connection.request("GET", f"{self._prefix}{nonce}&req_id={quote(req_id)}")
+            target = f"{self._prefix}{nonce}&req_id={quote(req_id)}"
+            if not params:
+                connection.request("GET", target)
+            elif self._form:
+                connection.request("GET", target, urlencode(params), {"Content-Type": _FORM})
+            else:
+                connection.request("GET", f"{target}&{urlencode(params)}")
             response = connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:

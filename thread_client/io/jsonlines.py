@@ -1,0 +1,61 @@
+"""An append-only JSON-lines file that never tears a line and never loses one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Callable
+
+__all__ = ["JsonLinesFile"]
+
+log = logging.getLogger(__name__)
+
+
+class JsonLinesFile:
+    """Appends one JSON object per line to ``path`` (``-``: standard output), from any thread.
+
+    Each line is one ``os.write`` on an ``O_APPEND`` descriptor, so lines of
+    different threads never interleave and a crash (even SIGKILL) leaves only
+    whole lines. A write that fails (disk full) loses nothing: the line is kept
+    in memory (``unwritten()``), the error is logged once and ``on_write_error``
+    is told, so the owner can stop instead of piling them up.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], on_write_error: Callable[[OSError], None] = lambda exc: None) -> None:
+        self.path = str(path)
+        self._fd = 1 if self.path == "-" else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.on_write_error = on_write_error
+        # Guards the unwritten lines; the write happens outside it.
+        self._lock = threading.Lock()
+        self._unwritten: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"<JsonLinesFile {self.path}>"
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record)
+        try:
+            os.write(self._fd, (line + "\n").encode())
+            return
+        except OSError as exc:
+            failure = exc
+        with self._lock:
+            self._unwritten.append(line)
+            first = len(self._unwritten) == 1
+        if first:
+            log.error("cannot write %s (%s): its records are kept in memory; stopping",
+                      self.path, failure.strerror or failure)
+        self.on_write_error(failure)
+
+    def unwritten(self) -> list[str]:
+        """The lines that could not be written."""
+        with self._lock:
+            return list(self._unwritten)
+
+    def close(self) -> None:
+        """Close the file (never standard output); idempotent. Appending after close keeps the lines in memory."""
+        fd, self._fd = self._fd, -1
+        if fd > 2:
+            os.close(fd)

@@ -1,0 +1,45 @@
+"""The request ids a run has taken in, on disk: exact duplicate checks with flat memory, however long the input."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+
+__all__ = ["SeenIds"]
+
+
+class SeenIds:
+    """A set of ids kept in a SQLite table in a temporary file (deleted on close).
+
+    A Python set of ten million ids holds hundreds of MiB and grows with every
+    line; a table on disk keeps memory flat (SQLite's page cache) and the check
+    exact, for one indexed insert per id. Used by one thread (the producer).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        handle, self._path = tempfile.mkstemp(prefix="seen-ids-", suffix=".sqlite", dir=folder)
+        os.close(handle)
+        self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        # Nothing here must survive a crash: no journal, no fsync.
+        self._db.execute("PRAGMA journal_mode = OFF")
+        self._db.execute("PRAGMA synchronous = OFF")
+        self._db.execute("CREATE TABLE ids (id TEXT PRIMARY KEY) WITHOUT ROWID")
+
+    def __repr__(self) -> str:
+        return f"<SeenIds {self._path}>"
+
+    def add(self, request_id: str) -> bool:
+        """Record ``request_id``; False if it was there already (a duplicate)."""
+        try:
+            self._db.execute("INSERT INTO ids VALUES (?)", (request_id,))
+        except sqlite3.IntegrityError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Drop the table and its file; idempotent."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None  # type: ignore[assignment]
+            os.unlink(self._path)
