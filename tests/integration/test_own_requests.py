@@ -1,0 +1,119 @@
+"""The user's own requests: from a file, a pipe or a growing file, one final record each, params sent as asked."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from conftest import KEYS, ROOT, run_client, wait_for
+from tools.harness.client_process import client_command
+
+
+def write_requests(path, count: int, extra: list[str] = ()) -> list[str]:
+    lines = [json.dumps({"id": f"order-{n}", "params": {"amount": n, "side": "buy"}}) for n in range(1, count + 1)]
+    lines += list(extra)
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_file_of_requests_ends_by_itself_with_one_record_per_line(fast_server, tmp_path):
+    source = tmp_path / "in.jsonl"
+    lines = write_requests(source, 150, ["not json", json.dumps({"id": "order-3"}),
+                                         json.dumps({"id": "bad", "params": {"req_id": 1}})])
+    result, summary = run_client(fast_server, tmp_path, "--source", str(source), "--duration", "120")
+    assert result.returncode == 0, result.stdout
+    assert summary["stop_reason"].startswith("input done") and summary["identity_holds"]
+    results = records(tmp_path / "results.jsonl")
+    assert len(results) == len(lines)
+    by_outcome = {}
+    for record in results:
+        by_outcome.setdefault(record["outcome"], []).append(record)
+    assert len(by_outcome["accepted"]) == 150 and len(by_outcome["invalid_input"]) == 3
+    assert {r["reason"].split(":")[1].strip() for r in by_outcome["invalid_input"]} == {"line 151", "line 152", "line 153"}
+    with urllib.request.urlopen(f"{fast_server.url}/api/accepted", timeout=5) as answer:
+        at_server = json.load(answer)["req_ids"]
+    assert set(at_server) == {r["id"] for r in by_outcome["accepted"]} and set(at_server.values()) == {1}
+    accepted = by_outcome["accepted"][0]
+    assert accepted["http_status"] == 200 and accepted["body"]["status"] == "OK" and accepted["key"].count("...") == 1
+
+
+def test_a_pipe_in_and_results_on_standard_output(fast_server, tmp_path):
+    lines = write_requests(tmp_path / "in.jsonl", 40)
+    command = client_command(fast_server.url, tmp_path, "--source", "-", "--results", "-", "--duration", "60")
+    result = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    out = [json.loads(line) for line in result.stdout.splitlines()]  # nothing but records on stdout
+    assert len(out) == 40 and {r["outcome"] for r in out} == {"accepted"}
+    assert "summary" in result.stderr and "accepted 40" in result.stderr
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """An exchange that accepts everything and remembers each request's fields, from the query and the body."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        fields = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+        body = self.rfile.read(length).decode() if length else ""
+        fields.update({f"body:{k}": v[0] for k, v in parse_qs(body).items()})
+        Recorder.seen.append(fields)
+        answer = json.dumps({"status": "OK", "req_id": fields.get("req_id")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_params_travel_in_the_query_or_as_a_form_body(tmp_path):
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 3)
+    keys = tmp_path / "keys.txt"
+    keys.write_text(KEYS[0] + "\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for mode, prefix in (("query", ""), ("form", "body:")):
+            Recorder.seen = []
+            run_dir = tmp_path / mode
+            run_dir.mkdir()
+            command = client_command(url, run_dir, "--source", str(source), "--keys-file", str(keys),
+                                     "--params-in", mode, "--duration", "30")
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert result.returncode == 0, result.stdout
+            sent = {fields["req_id"]: fields for fields in Recorder.seen}
+            assert set(sent) == {"order-1", "order-2", "order-3"}
+            assert sent["order-2"][f"{prefix}amount"] == "2" and sent["order-2"][f"{prefix}side"] == "buy"
+            assert sent["order-2"]["api_key"] == KEYS[0] and sent["order-2"]["nonce"].isdigit()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_follow_keeps_reading_a_growing_file(fast_server, client_process, tmp_path):
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 10)
+    client = client_process(fast_server, tmp_path, "--source", str(source), "--follow")
+    results = tmp_path / "results.jsonl"
+    wait_for(lambda: len(records(results)) == 10)
+    with source.open("a") as more:
+        more.write("".join(json.dumps({"id": f"late-{n}"}) + "\n" for n in range(5)))
+    wait_for(lambda: len(records(results)) == 15)
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    assert {r["outcome"] for r in records(results)} == {"accepted"}

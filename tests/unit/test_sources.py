@@ -1,0 +1,77 @@
+"""The user's requests in (JSON lines: validated, duplicates caught on disk) and their final records out."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from thread_client.flow.request import Request
+from thread_client.io.results import Results, final_outcome
+from thread_client.io.seen_ids import SeenIds
+from thread_client.io.sources import InvalidInput, JsonLinesSource, Work, parse_line
+
+
+@pytest.mark.parametrize("line, expected", [
+    (b'{"id": "a1", "params": {"amount": 5, "side": "buy", "px": 1.5, "post": true}}',
+     Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": "true"})),
+    (b'{"id": "a2"}', Work("a2", {})),
+    (b"not json", InvalidInput(7, "", "not JSON")),
+    (b"[1, 2]", InvalidInput(7, "", "not a JSON object")),
+    (b'{"params": {}}', InvalidInput(7, "", 'no "id" string of 1 to 256 characters')),
+    (b'{"id": 12}', InvalidInput(7, "", 'no "id" string of 1 to 256 characters')),
+    (b'{"id": "a3", "param": {}}', InvalidInput(7, "a3", "unknown field(s) param")),
+    (b'{"id": "a4", "params": [1]}', InvalidInput(7, "a4", '"params" is not an object')),
+    (b'{"id": "a5", "params": {"nonce": 1, "api_key": "k"}}', InvalidInput(7, "a5", "reserved parameter name(s) api_key, nonce")),
+    (b'{"id": "a6", "params": {"x": null}}', InvalidInput(7, "a6", "parameter 'x' is not a string, number or boolean")),
+    (b'{"id": "a7", "params": {"x": {"y": 1}}}', InvalidInput(7, "a7", "parameter 'x' is not a string, number or boolean")),
+])
+def test_each_line_is_read_against_the_request_format(line, expected):
+    assert parse_line(line, 7) == expected
+
+
+def test_duplicates_are_caught_exactly_on_disk(tmp_path):
+    seen = SeenIds(tmp_path)
+    assert seen.add("a") and seen.add("b") and not seen.add("a")
+    assert len(list(tmp_path.iterdir())) == 1
+    seen.close()
+    assert list(tmp_path.iterdir()) == []  # the table goes with the run
+
+
+def test_a_file_is_read_line_by_line_with_duplicates_and_a_last_line_without_newline(tmp_path):
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_bytes(b'{"id": "a"}\n\n{"id": "b"}\n{"id": "a"}\n{"id": "c"}')
+    items = list(JsonLinesSource(str(source_file), state_dir=str(tmp_path)).read(threading.Event()))
+    assert items == [Work("a"), Work("b"), InvalidInput(4, "a", "duplicate id 'a'"), Work("c")]
+
+
+def test_a_stop_ends_the_reading():
+    stop = threading.Event()
+    stop.set()
+    assert list(JsonLinesSource("/dev/null").read(stop)) == []
+
+
+@pytest.mark.parametrize("reason, outcome", [
+    ("retries exhausted: timeout", "retries_exhausted"), ("rejected: too big", "rejected"),
+    ("unknown: stopped before it was settled", "unknown"), ("invalid input: line 3: not JSON", "invalid_input"),
+    ("all keys retired", "key_blocked"), ("shutdown", "shutdown"), ("stopped: endpoint not found", "shutdown"),
+])
+def test_every_burial_reason_is_one_final_outcome(reason, outcome):
+    assert final_outcome(reason) == outcome
+
+
+def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):
+    path = tmp_path / "results.jsonl"
+    results = Results(str(path), max_body_bytes=10)
+    accepted = Request("a1", 0.0)
+    accepted.note_attempt("UT4N...JYA6", 42, 200, b'{"ok": 1}')
+    results.record(accepted, "accepted")
+    refused = Request("a2", 0.0)
+    refused.note_attempt("UT4N...JYA6", 43, 400, b"<html>a long refusal</html>")
+    results.record(refused, "rejected", "rejected: a long refusal")
+    results.close()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert (first["id"], first["outcome"], first["http_status"], first["body"]) == ("a1", "accepted", 200, {"ok": 1})
+    assert (first["key"], first["nonce"], first["attempts"]) == ("UT4N...JYA6", 42, 1)
+    assert second["body"] == "<html>a lo" and second["reason"] == "rejected: a long refusal"
