@@ -18,7 +18,9 @@ from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
+from .flow.producer import RequestSource
 from .io.results import Results
+from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import PARAMS_IN, Transport, tls_context
 from .limits.keys import KeyPool
@@ -192,13 +194,20 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=order_latency,
         unanswered_hold=config.http_timeout, clock=clock,
     )
+    # The user's requests with a results file can be picked up again after a crash: what has a final
+    # record is skipped, what was sent without one is sent again (marked resumed_after_crash).
+    resumable = config.source != "generate" and config.results not in (None, "-")
+    if config.source == "generate":
+        source: RequestSource = SyntheticSource(config.load)
+    else:
+        resume = ResumePoint(config.results, config.state_dir) if resumable else None
+        source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
     return Daemon(
         config,
-        source=SyntheticSource(config.load) if config.source == "generate" else JsonLinesSource(
-            config.source, follow=config.follow, state_dir=config.state_dir
-        ),
+        source=source,
         graveyard=Graveyard(config.graveyard),
         results=Results(config.results, max_body_bytes=config.max_body_bytes) if config.results else None,
+        journal=SendJournal(config.results) if resumable else None,
         keys=keys,
         transports=lambda key: Transport(
             config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in

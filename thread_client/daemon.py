@@ -20,6 +20,7 @@ from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
 from .io.results import Results
+from .io.resume import SendJournal
 from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
 from .observe.metrics import Metrics
@@ -46,8 +47,9 @@ class Daemon:
     """Owns the queues and every thread; a context manager.
 
     It is given its parts: where requests come from (``source``), where buried
-    requests go (``graveyard``), the keys it drives (``keys``), how a worker
-    reaches the exchange (``transports``) and the retry ``policy``. The command
+    requests go (``graveyard``) and every final record (``results``), the journal
+    of sends a restart reads (``journal``), the keys it drives (``keys``), how a
+    worker reaches the exchange (``transports``) and the retry ``policy``. The command
     line builds today's defaults; a test or another deployment passes others.
 
     ``run()`` starts everything, waits until ``request_stop()`` (a signal, the end
@@ -62,6 +64,7 @@ class Daemon:
         graveyard: Graveyard,
         keys: KeyPool,
         results: Results | None = None,
+        journal: SendJournal | None = None,
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
@@ -77,7 +80,8 @@ class Daemon:
         self._stop_reports = threading.Event()
         self.graveyard = graveyard
         self.results = results
-        for output in (graveyard, results):
+        self.journal = journal
+        for output in (graveyard, results, journal):
             if output is not None:
                 output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
         self.keys = keys
@@ -92,7 +96,7 @@ class Daemon:
             Worker(
                 key, self.queues, self.metrics, transports(key), policy, self.outage, self._stop_workers,
                 index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop,
-                exactly_once=config.exactly_once, clock=clock,
+                exactly_once=config.exactly_once, journal=journal, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -232,8 +236,9 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.graveyard.close()
-            if self.results is not None:
-                self.results.close()
+            for output in (self.results, self.journal):
+                if output is not None:
+                    output.close()
             self.keys.release()
             self._report_unwritten()
             self.stop_latch.close()
@@ -253,7 +258,7 @@ class Daemon:
 
     def _report_unwritten(self) -> None:
         """Records an output file refused go to stderr, one JSON line each: nothing is lost."""
-        for output in (self.graveyard, self.results):
+        for output in (self.graveyard, self.results, self.journal):
             lines = output.unwritten() if output is not None else []
             if lines:
                 log.error("%d records could not be written to %s; they follow on stderr", len(lines), output.path)

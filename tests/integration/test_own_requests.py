@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import random
 import signal
 import subprocess
 import threading
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -117,3 +120,25 @@ def test_follow_keeps_reading_a_growing_file(fast_server, client_process, tmp_pa
     out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
     assert {r["outcome"] for r in records(results)} == {"accepted"}
+
+
+def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_server, client_process, tmp_path):
+    server = start_server()  # default latencies: a few requests are always on the wire when the kill lands
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 700)
+    results = tmp_path / "results.jsonl"
+    rng = random.Random(11)
+    for crash in range(3):
+        client = client_process(server, tmp_path, "--source", str(source), "--load", "saturate")
+        before = len(records(results))
+        wait_for(lambda: len(records(results)) > before + 20)
+        time.sleep(rng.uniform(0.2, 1.5))  # the crash lands at a random moment of the load
+        client.kill()
+        client.communicate(timeout=30)
+    final, summary = run_client(server, tmp_path, "--source", str(source), "--duration", "120")
+    assert final.returncode == 0, final.stdout
+    ids = collections.Counter(record["id"] for record in records(results))
+    assert set(ids) == {f"order-{n}" for n in range(1, 701)} and set(ids.values()) == {1}
+    resumed = sum(record["resumed_after_crash"] for record in records(results))
+    assert 1 <= resumed and server.stats()["totals"]["duplicate_accepts"] <= resumed  # the kills hit requests in flight
+    assert {record["outcome"] for record in records(results)} == {"accepted"}

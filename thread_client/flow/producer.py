@@ -49,7 +49,7 @@ class Producer(ManagedThread):
             if isinstance(item, InvalidInput):
                 reason = f"invalid input: line {item.line}: {item.reason}"
                 self._queues.reject(Request(item.id, self._clock()), reason)
-            elif not self._queues.submit(Request(item.id, self._clock(), item.params), self._stopping):
+            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed), self._stopping):
                 return
         if self._queues.wait_until_settled(self._stopping):
             self._on_exhausted()

@@ -23,6 +23,7 @@ class Request:
     req_id: str
     created_at: float
     params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
+    resumed: bool = False  # in flight when an earlier run crashed
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0

@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, TransportError
+from ..io.resume import SendJournal
 from ..io.transport import Transport
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
@@ -52,6 +53,7 @@ class Worker(ManagedThread):
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
         exactly_once: bool = False,
+        journal: SendJournal | None = None,
         clock: Clock = monotonic,
         poll: float = 0.25,
     ) -> None:
@@ -66,6 +68,7 @@ class Worker(ManagedThread):
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
         self._exactly_once = exactly_once
+        self._journal = journal
         self._clock = clock
         self._poll = poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
@@ -216,6 +219,8 @@ class Worker(ManagedThread):
         """Send once and give the permit back as the outcome allows. Returns the reading and the
         Retry-After; ``_STALE`` for a first send over a stale connection, worth one resend."""
         limiter = self.key.limiter
+        if self._journal is not None:
+            self._journal.sending(request, self.key.name, nonce)
         try:
             answer = self._transport.send(nonce, request.req_id, request.params)
         except TransportError as exc:

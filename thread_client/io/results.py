@@ -51,6 +51,7 @@ class Results:
             "body": self._body(request.body),
             "attempts": request.attempts,
             "ambiguous_attempts": request.ambiguous,
+            "resumed_after_crash": request.resumed,
             "key": request.key,
             "nonce": request.nonce,
             "latency_ms": round(1000 * (finished - request.created_wall), 3),

@@ -29,6 +29,9 @@ class SeenIds:
     def __repr__(self) -> str:
         return f"<SeenIds {self._path}>"
 
+    def __contains__(self, request_id: object) -> bool:
+        return self._db.execute("SELECT 1 FROM ids WHERE id = ?", (request_id,)).fetchone() is not None
+
     def add(self, request_id: str) -> bool:
         """Record ``request_id``; False if it was there already (a duplicate)."""
         try:

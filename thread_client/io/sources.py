@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
+from .resume import ResumePoint
 from .seen_ids import SeenIds
 
 __all__ = ["LOADS", "RESERVED_PARAMS", "InvalidInput", "JsonLinesSource", "SyntheticSource", "Work", "parse_line"]
@@ -26,6 +27,7 @@ class Work:
 
     id: str
     params: dict[str, str] = field(default_factory=dict)
+    resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +77,20 @@ class JsonLinesSource:
     source waits for more lines, like ``tail -f``, until ``stop``.
     """
 
-    def __init__(self, path: str, *, follow: bool = False, poll: float = 0.25, state_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        follow: bool = False,
+        poll: float = 0.25,
+        state_dir: str | None = None,
+        resume: ResumePoint | None = None,
+    ) -> None:
         self.path = path
         self._follow = follow
         self._poll = poll
         self._state_dir = state_dir
+        self._resume = resume
 
     def __repr__(self) -> str:
         return f"<JsonLinesSource {self.path}{' (follow)' if self._follow else ''}>"
@@ -92,11 +103,18 @@ class JsonLinesSource:
                 if not raw.strip():
                     continue
                 item = parse_line(raw, number)
+                if isinstance(item, Work) and self._resume is not None:
+                    if item.id in self._resume.done:
+                        continue  # it has its final record from an earlier run
+                    if item.id in self._resume.resumed:
+                        item = Work(item.id, item.params, resumed=True)
                 if isinstance(item, Work) and not seen.add(item.id):
                     item = InvalidInput(number, item.id, f"duplicate id {item.id!r}")
                 yield item
         finally:
             seen.close()
+            if self._resume is not None:
+                self._resume.close()
             if stream is not sys.stdin.buffer:
                 stream.close()
 
