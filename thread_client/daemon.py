@@ -85,7 +85,10 @@ class Daemon:
             if output is not None:
                 output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
         self.keys = keys
-        self.queues = QueueManager(graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, clock=clock)
+        self.queues = QueueManager(
+            graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, keep_unsent=journal is not None,
+            clock=clock,
+        )
         self.metrics = Metrics(clock)
         self.outage = OutageGate(config.outage_after, clock=clock)
         self.producer = Producer(
@@ -228,9 +231,12 @@ class Daemon:
                     worker.join(max(0.0, grace_ends - time.monotonic()))
             self.keys.close()
             self._join(self.workers, timeout)
-            buried = self.queues.drain(drain_reason)
-            if buried:
-                log.warning("%d queued requests buried in the graveyard (%s)", buried, drain_reason)
+            drained = self.queues.drain(drain_reason)
+            if drained and self.queues.counts().left_for_next_run:
+                log.warning("%d requests not sent: no final record, the next run of the same input takes them up",
+                            drained)
+            elif drained:
+                log.warning("%d queued requests buried in the graveyard (%s)", drained, drain_reason)
             self._stop_reports.set()
             self._join(self.reporters, timeout)
             if self.metrics_server is not None:

@@ -13,7 +13,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from conftest import KEYS, ROOT, run_client, wait_for
+from conftest import KEYS, ROOT, read_summary, run_client, wait_for
 from tools.harness.client_process import client_command
 
 
@@ -142,3 +142,24 @@ def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_s
     resumed = sum(record["resumed_after_crash"] for record in records(results))
     assert 1 <= resumed and server.stats()["totals"]["duplicate_accepts"] <= resumed  # the kills hit requests in flight
     assert {record["outcome"] for record in records(results)} == {"accepted"}
+
+
+def test_sigterm_leaves_unsent_requests_for_the_next_run_not_buried(start_server, client_process, tmp_path):
+    server = start_server("--max-latency-ms", "5")
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 500)
+    results = tmp_path / "results.jsonl"
+    client = client_process(server, tmp_path, "--source", str(source), "--load", "saturate")
+    wait_for(lambda: len(records(results)) >= 100)
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    first = read_summary(tmp_path)
+    assert first["identity_holds"] and first["left_for_next_run"] > 0 and "the next run" in out
+    assert {record["outcome"] for record in records(results)} == {"accepted"}  # nothing buried as "shutdown"
+    again = tmp_path / "again"
+    again.mkdir()
+    final, _ = run_client(server, again, "--source", str(source), "--results", str(results), "--duration", "60")
+    assert final.returncode == 0, final.stdout
+    ids = collections.Counter(record["id"] for record in records(results))
+    assert set(ids) == {f"order-{n}" for n in range(1, 501)} and set(ids.values()) == {1}

@@ -38,15 +38,19 @@ class QueueCounts:
     main_queue: int
     dlq: int
     in_flight: int
+    left_for_next_run: int = 0  # taken in but not final at a stop: the next run of the same input takes them up
 
     @property
     def balanced(self) -> bool:
-        return self.created == self.accepted + self.graveyard + self.main_queue + self.dlq + self.in_flight
+        return self.created == (
+            self.accepted + self.graveyard + self.left_for_next_run + self.main_queue + self.dlq + self.in_flight
+        )
 
     def identity(self) -> str:
         sign = "==" if self.balanced else "!="
+        left = f" + left for the next run {self.left_for_next_run}" if self.left_for_next_run else ""
         return (
-            f"created {self.created} {sign} accepted {self.accepted} + graveyard {self.graveyard}"
+            f"created {self.created} {sign} accepted {self.accepted} + graveyard {self.graveyard}{left}"
             f" + main queue {self.main_queue} + dlq {self.dlq} + in flight {self.in_flight}"
         )
 
@@ -67,12 +71,15 @@ class QueueManager:
         queue_size: int = 50,
         ttl: float = 1.0,
         results: Results | None = None,
+        keep_unsent: bool = False,
         clock: Clock = monotonic,
     ) -> None:
         if queue_size < 1 or ttl <= 0:
             raise ValueError("queue_size must be >= 1 and ttl > 0")
         self.graveyard = graveyard
         self.results = results
+        # A stop leaves what was not sent for the next run (the user's resumable input) instead of burying it.
+        self._keep_unsent = keep_unsent
         self.ttl = ttl
         self.queue_size = queue_size
         self._clock = clock
@@ -85,7 +92,8 @@ class QueueManager:
         self._settled_all = threading.Condition(self._lock)
         self._created = 0
         self._accepted = 0
-        self._finished = 0  # accepted or buried
+        self._finished = 0  # accepted, buried or left for the next run
+        self._left = 0
         self._in_flight = 0
 
     def __repr__(self) -> str:
@@ -96,7 +104,8 @@ class QueueManager:
     def submit(self, request: Request, stop: threading.Event, poll: float = 0.25) -> bool:
         """Count ``request`` as created and queue it, blocking while the main queue is full.
 
-        Returns False if ``stop`` was set first; the request is then buried as "shutdown".
+        Returns False if ``stop`` was set first; the request is then buried as "shutdown", or
+        left for the next run if unsent requests are kept.
         """
         with self._lock:
             self._created += 1
@@ -107,9 +116,12 @@ class QueueManager:
                 return True
             except queue.Full:
                 continue
-        self._record_burial(request, "shutdown")
-        with self._lock:
-            self._count_finished()
+        if self._keep_unsent:
+            self._leave(1)
+        else:
+            self._record_burial(request, "shutdown")
+            with self._lock:
+                self._count_finished()
         return False
 
     # -- workers -------------------------------------------------------------
@@ -213,24 +225,33 @@ class QueueManager:
     # -- shutdown and metrics -------------------------------------------------
 
     def drain(self, reason: str) -> int:
-        """Bury everything still queued (main queue and DLQ) with ``reason``; returns how many.
+        """Empty the main queue and the DLQ; returns how many. Their requests are buried with
+        ``reason``, or, if unsent requests are kept and this is a plain ``shutdown``, left for the
+        next run (no final record: a restart of the same input sends them, those already sent
+        once marked as resumed).
 
         Call once the threads that put into the queues are stopped, or more may arrive.
         """
-        buried = 0
+        requests = []
         while True:
             try:
-                request = self._main.get_nowait()[2]
+                requests.append(self._main.get_nowait()[2])
             except queue.Empty:
                 break
+        requests += self._dlq.drain()
+        if self._keep_unsent and reason == "shutdown":
+            self._leave(len(requests))
+            return len(requests)
+        for request in requests:
             self._record_burial(request, reason)
-            buried += 1
-        for request in self._dlq.drain():
-            self._record_burial(request, reason)
-            buried += 1
         with self._lock:
-            self._count_finished(buried)
-        return buried
+            self._count_finished(len(requests))
+        return len(requests)
+
+    def _leave(self, requests: int) -> None:
+        with self._lock:
+            self._left += requests
+            self._count_finished(requests)
 
     def sizes(self) -> tuple[int, int]:
         """(main queue, DLQ) sizes; approximate while threads run."""
@@ -240,4 +261,4 @@ class QueueManager:
         main_queue, dlq = self.sizes()
         graveyard = len(self.graveyard)
         with self._lock:
-            return QueueCounts(self._created, self._accepted, graveyard, main_queue, dlq, self._in_flight)
+            return QueueCounts(self._created, self._accepted, graveyard, main_queue, dlq, self._in_flight, self._left)
