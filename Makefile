@@ -65,7 +65,7 @@ BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
-bench: setup  ## six rows (saturate, exercise, tls, conn-per-request, exactly-once, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
+bench: setup  ## seven rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30

@@ -1,11 +1,13 @@
-"""The measuring tools' arithmetic: bench windows and keys, the soak's slope."""
+"""The measuring tools' arithmetic: bench windows, keys and verdicts, the soak's slope."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from thread_client.config import DEFAULT_KEYS
-from tools.bench import bench_keys, format_table, window_percentile
+from tools.bench import BenchRow, bench_keys, format_table, verdicts, window_percentile
 from tools.soak import slope_per_minute
 
 
@@ -28,3 +30,17 @@ def test_soak_slope_is_a_least_squares_fit():
     assert slope_per_minute([(0, 100), (60, 110), (120, 120)]) == pytest.approx(10)
     assert slope_per_minute([(0, 5), (30, 5)]) == 0
     assert slope_per_minute([(0, 5)]) == 0
+
+
+def bench_row(mode: str, accepted_per_s: float) -> BenchRow:
+    numbers = {f.name: 0 for f in dataclasses.fields(BenchRow)}
+    numbers.update(mode=mode, accepted_per_s=accepted_per_s, identity_holds=True, per_second=[], ratio_ceiling=1.0)
+    return BenchRow(**numbers)
+
+
+def test_the_jsonl_row_must_stay_within_one_percent_of_saturate():
+    saturate = bench_row("saturate", 93.0)
+    close, slow = bench_row("jsonl", 92.2), bench_row("jsonl", 91.5)
+    assert "  [met] jsonl: within 1% of the saturate row's accepted/s" in verdicts(close, [saturate, close])
+    assert "  [MISSED] jsonl: within 1% of the saturate row's accepted/s" in verdicts(slow, [saturate, slow])
+    assert not any("saturate row" in line for line in verdicts(close, [close]))  # nothing to compare with
