@@ -74,10 +74,11 @@ chaos: setup  ## six fault scenarios (faults + restart + a second client, idle t
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600
+SOAK_PIPE_LINES ?= 100000
 PROFILE_SECONDS ?= 60
 
-soak: setup  ## long exercise run; prints the client's RSS slope over the second half (target < 50 KiB/min)
-	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m tools.soak
+soak: setup  ## the exercise load for SOAK_SECONDS, then SOAK_PIPE_LINES requests through a pipe; RSS slope of each (< 50 KiB/min)
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_PIPE_LINES=$(SOAK_PIPE_LINES) $(PY) -m tools.soak
 
 profile: setup  ## mprof run of the client; writes img/profile_memory.png and img/profile_cpu.png
 	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m tools.profile_run

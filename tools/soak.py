@@ -1,19 +1,23 @@
-"""``make soak``: a long exercise-load run that samples the client's RSS and reports its slope.
+"""``make soak``: long runs that sample the client's RSS and report its slope: the exercise load, then the
+user's own requests through a pipe.
 
 Memory must not grow with the number of requests served: the slope over the
-second half of the run (after start-up allocations settle) should stay under
+second half of each run (after start-up allocations settle) should stay under
 50 KiB per minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import IO, Callable
 
 import psutil
 
@@ -38,44 +42,83 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float:
     return 60 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread
 
 
+def soak(label: str, command: list[str], every: float, feed: Callable[[IO[bytes]], None] | None = None) -> tuple[
+    list[tuple[float, float]], int
+]:
+    """Run the client (its stdin fed by ``feed`` in a thread, if given) and sample its RSS until it
+    exits; returns the (seconds, KiB) samples and its exit code."""
+    client = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                              stdin=subprocess.PIPE if feed else subprocess.DEVNULL)
+    if feed is not None:
+        threading.Thread(target=feed, args=(client.stdin,), name="soak-feed", daemon=True).start()
+    process = psutil.Process(client.pid)
+    started = time.monotonic()
+    samples: list[tuple[float, float]] = []
+    while client.poll() is None:
+        try:
+            samples.append((time.monotonic() - started, process.memory_info().rss / 1024))
+        except psutil.NoSuchProcess:
+            break
+        if len(samples) % 12 == 0:
+            print(f"  {label}: {samples[-1][0]:7.0f} s  RSS {samples[-1][1] / 1024:6.1f} MiB", flush=True)
+        time.sleep(every)
+    return samples, client.wait()
+
+
+def report(label: str, samples: list[tuple[float, float]], exit_code: int, summary: dict) -> bool:
+    """Print the RSS slope over the second half of the run; True if it and the run are fine."""
+    end = samples[-1][0]
+    second_half = [s for s in samples if s[0] >= end / 2]
+    slope = slope_per_minute(second_half)
+    print(f"soak ({label}): accepted {summary['accepted']} ({summary['accepted_per_s']:.1f}/s), identity "
+          f"{'exact' if summary['identity_holds'] else 'BROKEN'}, client exit {exit_code}")
+    low, high = min(v for _, v in second_half), max(v for _, v in second_half)
+    print(f"soak ({label}): RSS over the second half {low:.0f}-{high:.0f} KiB ({len(second_half)} samples), "
+          f"{samples[-1][1] / 1024:.1f} MiB at the end; slope {slope:+.2f} KiB/min (target < {TARGET_KIB_PER_MIN:g})")
+    return slope < TARGET_KIB_PER_MIN and summary["identity_holds"] and exit_code == 0
+
+
+def pipe_lines(count: int) -> Callable[[IO[bytes]], None]:
+    """Writes ``count`` small requests into the client's stdin; the pipe blocks while the client is busy."""
+    def feed(stdin: IO[bytes]) -> None:
+        try:
+            for n in range(1, count + 1):
+                stdin.write(json.dumps({"id": f"soak-{n}", "params": {"amount": n % 97}}).encode() + b"\n")
+        except BrokenPipeError:
+            pass
+        finally:
+            stdin.close()
+    return feed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)),
-                        help="run length (env SOAK_SECONDS, default 600)")
+                        help="length of the exercise-load run (env SOAK_SECONDS, default 600; 0 skips it)")
+    parser.add_argument("--pipe-lines", type=int, default=int(os.environ.get("SOAK_PIPE_LINES", 100_000)),
+                        help="then this many requests through --source - from a pipe (env SOAK_PIPE_LINES, "
+                        "default 100000, ~18 min; 0 skips it)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between RSS samples (default 5)")
     args = parser.parse_args(argv)
-    if args.seconds < 4 * args.every:
+    if args.seconds and args.seconds < 4 * args.every:
         parser.error("--seconds must cover at least four samples")
-    with tempfile.TemporaryDirectory(prefix="thread-client-soak-") as workdir, ServerProcess() as server:
-        client = subprocess.Popen(
-            client_command(server.url, Path(workdir), "--duration", str(args.seconds), "--log-level", "WARNING"),
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-        )
-        process = psutil.Process(client.pid)
-        started = time.monotonic()
-        samples: list[tuple[float, float]] = []
-        print(f"soak: {args.seconds:g} s of the exercise load, RSS sampled every {args.every:g} s", flush=True)
-        while client.poll() is None:
-            try:
-                rss_kib = process.memory_info().rss / 1024
-            except psutil.NoSuchProcess:
-                break
-            elapsed = time.monotonic() - started
-            if elapsed <= args.seconds:
-                samples.append((elapsed, rss_kib))
-            if len(samples) % 12 == 0:
-                print(f"  {elapsed:7.0f} s  RSS {rss_kib / 1024:6.1f} MiB", flush=True)
-            time.sleep(args.every)
-        exit_code = client.wait()
-        summary = read_summary(Path(workdir))
-    second_half = [s for s in samples if s[0] >= args.seconds / 2]
-    slope = slope_per_minute(second_half)
-    print(f"soak: accepted {summary['accepted']} ({summary['accepted_per_s']:.1f}/s), identity "
-          f"{'exact' if summary['identity_holds'] else 'BROKEN'}, client exit {exit_code}")
-    low, high = min(v for _, v in second_half), max(v for _, v in second_half)
-    print(f"soak: RSS over the second half {low:.0f}-{high:.0f} KiB ({len(second_half)} samples), "
-          f"{samples[-1][1] / 1024:.1f} MiB at the end; slope {slope:+.2f} KiB/min (target < {TARGET_KIB_PER_MIN:g})")
-    ok = slope < TARGET_KIB_PER_MIN and summary["identity_holds"] and exit_code == 0
+    ok = True
+    if args.seconds:
+        with tempfile.TemporaryDirectory(prefix="thread-client-soak-") as workdir, ServerProcess() as server:
+            print(f"soak: {args.seconds:g} s of the exercise load, RSS sampled every {args.every:g} s", flush=True)
+            command = client_command(server.url, Path(workdir), "--duration", str(args.seconds), "--log-level", "WARNING")
+            samples, exit_code = soak("exercise", command, args.every)
+            ok &= report("exercise", samples, exit_code, read_summary(Path(workdir)))
+    if args.pipe_lines:
+        with tempfile.TemporaryDirectory(prefix="thread-client-soak-") as workdir, ServerProcess() as server:
+            print(f"soak: {args.pipe_lines} requests through --source - from a pipe, RSS sampled every "
+                  f"{args.every:g} s", flush=True)
+            command = client_command(server.url, Path(workdir), "--source", "-", "--log-level", "WARNING")
+            samples, exit_code = soak("pipe", command, args.every, pipe_lines(args.pipe_lines))
+            summary = read_summary(Path(workdir))
+            records = sum(1 for _ in (Path(workdir) / "results.jsonl").open())
+            print(f"soak (pipe): {records} result records for {args.pipe_lines} requests")
+            ok &= report("pipe", samples, exit_code, summary) and records == args.pipe_lines
     return 0 if ok else 1
 
 
