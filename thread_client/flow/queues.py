@@ -109,13 +109,8 @@ class QueueManager:
         """
         with self._lock:
             self._created += 1
-        entry = (_NEW_LANE, next(self._order), request)
-        while not stop.is_set():
-            try:
-                self._main.put(entry, timeout=poll)
-                return True
-            except queue.Full:
-                continue
+        if self._put_until_stopped(_NEW_LANE, request, stop, poll):
+            return True
         if self._keep_unsent:
             self._leave(1)
         else:
@@ -210,17 +205,24 @@ class QueueManager:
             return False
         with self._lock:
             self._in_flight += 1
-        entry = (_RETRY_LANE, next(self._order), request)
+        if self._put_until_stopped(_RETRY_LANE, request, stop, poll):
+            with self._lock:
+                self._in_flight -= 1
+        else:
+            self.hand_back(request)  # stopping: back to the DLQ, for the shutdown drain
+        return True
+
+    def _put_until_stopped(self, lane: int, request: Request, stop: threading.Event, poll: float) -> bool:
+        """Put ``request`` into the main queue in ``lane``, waiting for room; False if ``stop`` came first.
+        (``Queue.put`` cannot wait on an event too, so the wait is sliced by ``poll``.)"""
+        entry = (lane, next(self._order), request)
         while not stop.is_set():
             try:
                 self._main.put(entry, timeout=poll)
+                return True
             except queue.Full:
                 continue
-            with self._lock:
-                self._in_flight -= 1
-            return True
-        self.hand_back(request)  # stopping: back to the DLQ, for the shutdown drain
-        return True
+        return False
 
     # -- shutdown and metrics -------------------------------------------------
 
