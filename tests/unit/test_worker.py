@@ -58,3 +58,45 @@ def test_worker_survives_an_unexpected_exception(caplog):
     assert key.limiter.state().in_flight == 0  # the slot of the failed send was given back
     error = next(r for r in caplog.records if "unexpected error" in r.getMessage())
     assert error.exc_info is not None and "bug in the transport" in str(error.exc_info[1])
+
+
+class BrokenMetrics(Metrics):
+    """Fails once right after a request was accepted, i.e. after it was routed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def record_accepted(self, end_to_end: float) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("bug after the request was routed")
+        super().record_accepted(end_to_end)
+
+
+class AlwaysOk:
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_error_after_a_request_was_routed_does_not_route_it_again():
+    queues = QueueManager(Graveyard(None), queue_size=10)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    stop = threading.Event()
+    metrics = BrokenMetrics()
+    worker = Worker(key, queues, metrics, AlwaysOk(), RetryPolicy(), OutageGate(), stop, poll=0.05)
+    for req_id in ("1", "2"):
+        queues.submit(Request(req_id, time.monotonic()), stop)
+    worker.start()
+    deadline = time.monotonic() + 20
+    while queues.counts().accepted < 2 and time.monotonic() < deadline:
+        queues.requeue_ready(stop, timeout=0.05)
+    stop.set()
+    worker.join(5)
+    assert not worker.is_alive() and metrics.failed
+    counts = queues.counts()
+    assert (counts.created, counts.accepted, counts.graveyard, counts.in_flight, counts.dlq) == (2, 2, 0, 0, 0)
+    assert counts.balanced

@@ -89,8 +89,9 @@ class Worker(ManagedThread):
                     self._handle(request)
                 except Exception:
                     log.exception("%s: unexpected error on request %s", self.name, request.req_id)
-                    failure = Outcome.INTERNAL_ERROR
-                    self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
+                    if self._holding is not None:  # not routed before the error: route it once, as a failure
+                        failure = Outcome.INTERNAL_ERROR
+                        self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
         finally:
             if self._holding is not None:
                 self._queues.hand_back(self._holding)
