@@ -200,10 +200,10 @@ class Daemon:
         self.request_stop(THREAD_FAILED)
 
     def _on_stop(self, reason: str, message: str) -> None:
-        """A worker found that nothing can work (the endpoint is wrong): one ERROR line, then stop."""
-        if self.stop_latch.reason is None:
+        """A worker found that nothing can work (the endpoint is wrong): stop, with one ERROR line
+        from whichever worker got there first."""
+        if self.stop_latch.request(reason):
             log.error("%s; stopping", message)
-        self.request_stop(reason)
 
     def shutdown(self, join_timeout: float | None = None) -> Summary:
         """Stop in dependency order and return the summary; idempotent.

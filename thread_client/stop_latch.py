@@ -42,15 +42,18 @@ class StopLatch:
     def reason(self) -> str | None:
         return self._reason
 
-    def request(self, reason: str) -> None:
-        """Ask the main thread to stop; safe from any thread (not from a signal handler)."""
+    def request(self, reason: str) -> bool:
+        """Ask the main thread to stop; safe from any thread (not from a signal handler). True for
+        the call whose reason counts (the first), so exactly one caller can say why."""
         with self._lock:
-            if self._reason is None:
+            first = self._reason is None
+            if first:
                 self._reason = reason
         try:
             self._writer.send(_FROM_THREAD)
         except (BlockingIOError, OSError):
             pass  # the pipe is full or closed: a wake-up is pending already
+        return first
 
     def catch_signals(self, *signals: signal.Signals) -> None:
         """Route ``signals`` into the latch. Call from the main thread, before any worker thread starts."""

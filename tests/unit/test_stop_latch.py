@@ -31,6 +31,26 @@ def test_a_thread_request_wakes_the_waiter_and_the_first_reason_wins():
     latch.close()
 
 
+def test_exactly_one_of_many_racing_requests_is_told_it_was_first():
+    latch = StopLatch()
+    barrier = threading.Barrier(8)
+    firsts = []
+
+    def race(n: int) -> None:
+        barrier.wait()
+        if latch.request(f"reason {n}"):
+            firsts.append(n)
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
+    assert len(firsts) == 1 and latch.reason == f"reason {firsts[0]}"
+    latch.close()
+
+
 def test_waiting_times_out_with_none():
     latch = StopLatch()
     assert latch.wait(0.01) is None
