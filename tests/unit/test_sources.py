@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from thread_client.flow.request import Request
-from thread_client.io.results import Results, final_outcome
+from thread_client.io.results import FINAL_OUTCOMES, Results, final_outcome
 from thread_client.io.seen_ids import SeenIds
 from thread_client.io.sources import InvalidInput, JsonLinesSource, Work, parse_line
 
@@ -59,6 +59,7 @@ def test_a_stop_ends_the_reading():
 ])
 def test_every_burial_reason_is_one_final_outcome(reason, outcome):
     assert final_outcome(reason) == outcome
+    assert outcome in FINAL_OUTCOMES  # the results promise: every request ends in one of these
 
 
 def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):

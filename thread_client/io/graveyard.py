@@ -7,15 +7,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from ..flow.request import Request
-from .jsonlines import JsonLinesFile
+from .jsonlines import JsonLinesFile, JsonLinesOutput
 
 __all__ = ["Graveyard"]
 
 
-class Graveyard:
+class Graveyard(JsonLinesOutput):
     """The requests never accepted, one JSON line each (``JsonLinesFile``: whole lines, nothing lost on
     a failed write), and their counts by reason in memory. Safe to call from many threads.
 
@@ -36,11 +35,6 @@ class Graveyard:
         with self._lock:
             return sum(self._by_reason.values())
 
-    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
-        """Call ``callback`` whenever a record cannot be written (it is kept in memory)."""
-        if self._file:
-            self._file.on_write_error = callback
-
     def bury(self, request: Request, reason: str) -> None:
         with self._lock:
             self._by_reason[reason.split(":")[0]] += 1
@@ -55,15 +49,6 @@ class Graveyard:
                 "buried": round(time.time(), 6),
             })
 
-    def unwritten(self) -> list[str]:
-        """The JSON lines that could not be written to the file."""
-        return self._file.unwritten() if self._file else []
-
     def by_reason(self) -> dict[str, int]:
         with self._lock:
             return dict(self._by_reason)
-
-    def close(self) -> None:
-        """Close the file; idempotent. Burying after close only counts."""
-        if self._file:
-            self._file.close()

@@ -8,7 +8,7 @@ import os
 import threading
 from typing import Callable
 
-__all__ = ["JsonLinesFile"]
+__all__ = ["JsonLinesFile", "JsonLinesOutput"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +59,25 @@ class JsonLinesFile:
         fd, self._fd = self._fd, -1
         if fd > 2:
             os.close(fd)
+
+
+class JsonLinesOutput:
+    """What the daemon asks of each of its record files (graveyard, results, send journal): to be
+    told of failed writes, the lines a failure kept in memory, and a close. ``_file`` may be None
+    (no file kept), then all three do nothing."""
+
+    _file: JsonLinesFile | None
+
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
+        """Call ``callback`` whenever a record cannot be written (it is kept in memory)."""
+        if self._file is not None:
+            self._file.on_write_error = callback
+
+    def unwritten(self) -> list[str]:
+        """The JSON lines that could not be written."""
+        return self._file.unwritten() if self._file is not None else []
+
+    def close(self) -> None:
+        """Close the file; idempotent. Records after a close are kept in memory, not lost."""
+        if self._file is not None:
+            self._file.close()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable
 
 from ..flow.request import Request
-from .jsonlines import JsonLinesFile
+from .jsonlines import JsonLinesFile, JsonLinesOutput
 
 __all__ = ["FINAL_OUTCOMES", "Results", "final_outcome"]
 
@@ -27,7 +26,7 @@ def final_outcome(reason: str) -> str:
     return _OUTCOME_OF_REASON.get(reason.split(":")[0], "shutdown")
 
 
-class Results:
+class Results(JsonLinesOutput):
     """One JSON line per finished request in ``path`` (``-``: standard output), through a
     ``JsonLinesFile`` (whole lines, nothing lost on a failed write). The exchange's answer is kept
     as JSON when it is JSON, else as text, cut at ``max_body_bytes``."""
@@ -69,12 +68,3 @@ class Results:
                 pass
         return body[: self._max_body].decode("utf-8", "replace")
 
-    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
-        """Call ``callback`` whenever a record cannot be written (it is kept in memory)."""
-        self._file.on_write_error = callback
-
-    def unwritten(self) -> list[str]:
-        return self._file.unwritten()
-
-    def close(self) -> None:
-        self._file.close()

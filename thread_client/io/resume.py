@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 from ..flow.request import Request
-from .jsonlines import JsonLinesFile
+from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
 __all__ = ["ResumePoint", "SendJournal"]
 
 
-class SendJournal:
+class SendJournal(JsonLinesOutput):
     """``<results>.sent``: one line (id, key, nonce) written before each send, so a restart can
     tell the requests that may have reached the exchange from those that never left."""
 
@@ -27,14 +27,6 @@ class SendJournal:
     def sending(self, request: Request, key: str, nonce: int) -> None:
         self._file.append({"id": request.req_id, "key": key, "nonce": nonce})
 
-    def notify_write_errors(self, callback) -> None:
-        self._file.on_write_error = callback
-
-    def unwritten(self) -> list[str]:
-        return self._file.unwritten()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 class ResumePoint:
