@@ -65,7 +65,7 @@ BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
-bench: setup  ## seven rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
+bench: setup  ## eight rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30
@@ -75,10 +75,11 @@ chaos: setup  ## six fault scenarios (faults + restart + a second client, idle t
 
 SOAK_SECONDS ?= 600
 SOAK_PIPE_LINES ?= 100000
+SOAK_FILE_LINES ?= 10000000
 PROFILE_SECONDS ?= 60
 
-soak: setup  ## the exercise load for SOAK_SECONDS, then SOAK_PIPE_LINES requests through a pipe; RSS slope of each (< 50 KiB/min)
-	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_PIPE_LINES=$(SOAK_PIPE_LINES) $(PY) -m tools.soak
+soak: setup  ## the exercise load for SOAK_SECONDS, SOAK_PIPE_LINES requests through a pipe, a restart of a SOAK_FILE_LINES file; RSS slope of each (< 50 KiB/min)
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_PIPE_LINES=$(SOAK_PIPE_LINES) SOAK_FILE_LINES=$(SOAK_FILE_LINES) $(PY) -m tools.soak
 
 profile: setup  ## mprof run of the client; writes img/profile_memory.png and img/profile_cpu.png
 	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m tools.profile_run

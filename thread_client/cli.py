@@ -195,19 +195,24 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         unanswered_hold=config.http_timeout, clock=clock,
     )
     # The user's requests with a results file can be picked up again after a crash: what has a final
-    # record is skipped, what was sent without one is sent again (marked resumed_after_crash).
+    # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
+    # exactly-once, the last send of each key is settled first with its journaled nonce.
     resumable = config.source != "generate" and config.results not in (None, "-")
+    resume = ResumePoint(config.results, config.state_dir, settle_earlier=config.exactly_once) if resumable else None
     if config.source == "generate":
         source: RequestSource = SyntheticSource(config.load)
     else:
-        resume = ResumePoint(config.results, config.state_dir) if resumable else None
         source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
     return Daemon(
         config,
         source=source,
         graveyard=Graveyard(config.graveyard),
-        results=Results(config.results, max_body_bytes=config.max_body_bytes) if config.results else None,
-        journal=SendJournal(config.results) if resumable else None,
+        # Exactly-once: a send's journal line, and a request's final record, are on the disk before the
+        # key's next send, so a restart after a power loss still knows which send to settle.
+        results=Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
+        if config.results else None,
+        journal=SendJournal(config.results, durable=config.exactly_once) if resumable else None,
+        earlier_sends=resume.unsettled if resume is not None else None,
         keys=keys,
         transports=lambda key: Transport(
             config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in

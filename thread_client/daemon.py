@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .clock import Clock, monotonic
 from .config import Config
@@ -16,11 +16,12 @@ from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DO
 from .flow.outage import OutageGate
 from .flow.producer import Producer, RequestSource
 from .flow.queues import QueueManager
+from .flow.request import Request
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
 from .io.results import Results
-from .io.resume import SendJournal
+from .io.resume import EarlierSend, SendJournal
 from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
 from .observe.metrics import Metrics
@@ -48,7 +49,8 @@ class Daemon:
 
     It is given its parts: where requests come from (``source``), where buried
     requests go (``graveyard``) and every final record (``results``), the journal
-    of sends a restart reads (``journal``), the keys it drives (``keys``), how a
+    of sends a restart reads (``journal``), the sends an earlier run left unanswered, by
+    masked key name, for exactly-once to settle first (``earlier_sends``), the keys it drives (``keys``), how a
     worker reaches the exchange (``transports``) and the retry ``policy``. The command
     line builds today's defaults; a test or another deployment passes others.
 
@@ -65,6 +67,7 @@ class Daemon:
         keys: KeyPool,
         results: Results | None = None,
         journal: SendJournal | None = None,
+        earlier_sends: Mapping[str, EarlierSend] | None = None,
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
@@ -95,11 +98,13 @@ class Daemon:
             self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
         )
         self.requeuer = Requeuer(self.queues, self._stop_requeue)
+        earlier = self._take_up(earlier_sends or {})
         self.workers = [
             Worker(
                 key, self.queues, self.metrics, transports(key), policy, self.outage, self._stop_workers,
                 index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop,
-                exactly_once=config.exactly_once, journal=journal, clock=clock,
+                exactly_once=config.exactly_once, journal=journal, earlier_send=earlier.get(key.name) if index == 0 else None,
+                clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -114,6 +119,21 @@ class Daemon:
         self._started_at: float | None = None
         self._summary: Summary | None = None
         self._shutdown_lock = threading.Lock()
+
+    def _take_up(self, earlier_sends: Mapping[str, EarlierSend]) -> dict[str, tuple[Request, int]]:
+        """The requests of ``earlier_sends`` as in flight, each with its nonce, by the key that settles
+        it; one whose key this run does not drive cannot be settled: its record says ``unknown``."""
+        names = {key.name for key in self.keys}
+        taken_up = {}
+        for name, send in earlier_sends.items():
+            request = Request(send.id, self._clock(), send.params, resumed=True)
+            request.key, request.nonce = name, send.nonce
+            if name in names:
+                taken_up[name] = (self.queues.adopt(request), send.nonce)
+            else:
+                self.queues.reject(request, f"unknown: sent with nonce {send.nonce} on key {name} before the"
+                                            " restart, and that key is not among this run's keys")
+        return taken_up
 
     def __repr__(self) -> str:
         return f"<Daemon {self.keys!r} {self.queues.counts().identity()}>"

@@ -134,6 +134,8 @@ MODES = {
     "exactly-once": Mode("saturate", client_args=("--delivery", "exactly-once")),
     # The user's own requests: a file of small requests read from disk, a results record written for each.
     "jsonl": Mode("saturate", input_lines=20_000),
+    # The same with exactly-once: each send journaled and each record written with an fdatasync first.
+    "jsonl-exactly-once": Mode("saturate", client_args=("--delivery", "exactly-once"), input_lines=20_000),
     # A server twice as slow as the reference (0-100 ms each way): the order rule must learn it.
     "slow-server": Mode("saturate", server_args=("--max-latency-ms", "100")),
 }
@@ -285,6 +287,12 @@ def verdicts(row: BenchRow, rows: list[BenchRow]) -> list[str]:
                            row.accepted_per_s >= 0.99 * saturate.accepted_per_s))
     elif row.mode == "exactly-once":
         checks.append(("0 duplicates", row.duplicate_accepts == 0))
+    elif row.mode == "jsonl-exactly-once":
+        checks.append(("0 duplicates", row.duplicate_accepts == 0))
+        exactly_once = next((other for other in rows if other.mode == "exactly-once"), None)
+        if exactly_once is not None:
+            checks.append(("within 1% of the exactly-once row's accepted/s",
+                           row.accepted_per_s >= 0.99 * exactly_once.accepted_per_s))
     elif row.mode == "slow-server":
         checks += [
             (">= 0.93 of the strike-free ceiling", row.ratio_ceiling >= 0.93),

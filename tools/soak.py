@@ -1,5 +1,5 @@
-"""``make soak``: long runs that sample the client's RSS and report its slope: the exercise load, then the
-user's own requests through a pipe.
+"""``make soak``: long runs that sample the client's RSS and report its slope: the exercise load, the
+user's own requests through a pipe, and the restart of a ten-million-line file.
 
 Memory must not grow with the number of requests served: the slope over the
 second half of each run (after start-up allocations settle) should stay under
@@ -91,6 +91,19 @@ def pipe_lines(count: int) -> Callable[[IO[bytes]], None]:
     return feed
 
 
+def earlier_run_of(count: int, left: int, workdir: Path) -> tuple[Path, Path]:
+    """A ``count``-line input whose results file says all but the last ``left`` lines are done, as a
+    run killed near the end leaves it: the restart reads all of both, and sends only the rest."""
+    source, results = workdir / "in.jsonl", workdir / "results.jsonl"
+    with source.open("w") as lines, results.open("w") as records:
+        for n in range(1, count + 1):
+            request_id = f"big-{n}"
+            lines.write(f'{{"id": "{request_id}", "params": {{"amount": {n % 97}}}}}\n')
+            if n <= count - left:
+                records.write(f'{{"id": "{request_id}", "outcome": "accepted"}}\n')
+    return source, results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 600)),
@@ -98,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipe-lines", type=int, default=int(os.environ.get("SOAK_PIPE_LINES", 100_000)),
                         help="then this many requests through --source - from a pipe (env SOAK_PIPE_LINES, "
                         "default 100000, ~18 min; 0 skips it)")
+    parser.add_argument("--file-lines", type=int, default=int(os.environ.get("SOAK_FILE_LINES", 10_000_000)),
+                        help="then a restart of a file of this many requests, all but the last 100 done "
+                        "(env SOAK_FILE_LINES, default 10000000, ~4 min; 0 skips it)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between RSS samples (default 5)")
     args = parser.parse_args(argv)
     if args.seconds and args.seconds < 4 * args.every:
@@ -119,6 +135,18 @@ def main(argv: list[str] | None = None) -> int:
             records = sum(1 for _ in (Path(workdir) / "results.jsonl").open())
             print(f"soak (pipe): {records} result records for {args.pipe_lines} requests")
             ok &= report("pipe", samples, exit_code, summary) and records == args.pipe_lines
+    if args.file_lines:
+        with tempfile.TemporaryDirectory(prefix="thread-client-soak-") as workdir, ServerProcess() as server:
+            left = min(100, args.file_lines)
+            print(f"soak: writing a {args.file_lines}-line input, all but {left} done by an earlier run", flush=True)
+            source, results = earlier_run_of(args.file_lines, left, Path(workdir))
+            command = client_command(server.url, Path(workdir), "--source", str(source), "--results", str(results),
+                                     "--log-level", "WARNING")
+            samples, exit_code = soak("file", command, args.every)
+            records = sum(1 for _ in results.open())
+            print(f"soak (file): {records} result records for {args.file_lines} requests, "
+                  f"{samples[-1][0]:.0f} s to read both files and send the rest")
+            ok &= report("file", samples, exit_code, read_summary(Path(workdir))) and records == args.file_lines
     return 0 if ok else 1
 
 

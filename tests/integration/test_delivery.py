@@ -4,17 +4,11 @@ knows every fate; at-least-once duplicates no more often than it reports ambiguo
 from __future__ import annotations
 
 import json
-import urllib.request
 
 from conftest import run_client
 from tools.harness.client_process import GRAVEYARD_FILE
 
 LOSSY = ("--max-latency-ms", "2", "--lost-answer-rate", "0.1", "--stall-rate", "0.05", "--seed", "7")
-
-
-def server_accepted(server) -> dict[str, int]:
-    with urllib.request.urlopen(f"{server.url}/api/accepted", timeout=5) as answer:
-        return json.load(answer)["req_ids"]
 
 
 def client_fates(workdir, created: int) -> tuple[set[str], dict[str, str]]:
@@ -36,7 +30,7 @@ def test_exactly_once_accepts_nothing_twice_and_knows_every_fate(start_server, t
     assert stats["duplicate_accepts"] == 0
     accepted_by_client, buried = client_fates(tmp_path, summary["created"])
     unknown = {req_id for req_id, reason in buried.items() if reason.startswith("unknown")}
-    at_server = server_accepted(server)
+    at_server = server.accepted()
     assert all(count == 1 for count in at_server.values())
     # Every fate is known, except the few left unsettled by the stop, which say so.
     assert set(at_server) - unknown == accepted_by_client

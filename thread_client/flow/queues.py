@@ -119,6 +119,14 @@ class QueueManager:
                 self._count_finished()
         return False
 
+    def adopt(self, request: Request) -> Request:
+        """Count a request as created and in flight at once: one an earlier run left on the wire,
+        which its key's worker settles before anything else (it never waits in a queue)."""
+        with self._lock:
+            self._created += 1
+            self._in_flight += 1
+        return request
+
     # -- workers -------------------------------------------------------------
 
     def take(self, timeout: float) -> Request | None:
@@ -167,7 +175,8 @@ class QueueManager:
             self._count_finished()
 
     def reject(self, request: Request, reason: str) -> None:
-        """A request refused at intake (a line that is no request): created and buried at once, never sent."""
+        """A request that ends before this run could send it (a line that is no request, a send of
+        an earlier run on a key this run does not drive): created and buried at once."""
         self._record_burial(request, reason)
         with self._lock:
             self._created += 1

@@ -54,6 +54,7 @@ class Worker(ManagedThread):
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
         exactly_once: bool = False,
         journal: SendJournal | None = None,
+        earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         poll: float = 0.25,
     ) -> None:
@@ -69,6 +70,8 @@ class Worker(ManagedThread):
         self._on_stop = on_stop
         self._exactly_once = exactly_once
         self._journal = journal
+        # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
+        self._earlier_send = earlier_send
         self._clock = clock
         self._poll = poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
@@ -78,6 +81,10 @@ class Worker(ManagedThread):
         """The worker loop. If anything escapes it, the request held is handed back first, so the
         thread can die (and be restarted) without losing it."""
         try:
+            if self._earlier_send is not None:
+                (request, nonce), self._earlier_send = self._earlier_send, None
+                self._holding = request
+                self._settle_earlier_send(request, nonce)
             while not self._stopping.is_set() and self.key.retired_because is None:
                 if not self._outage.may_take(self.key.name, self._poll):
                     continue
@@ -115,12 +122,25 @@ class Worker(ManagedThread):
             if self._exactly_once:
                 self._metrics.record_attempt(self.key.name, reading.outcome, self._clock() - sent_at)
                 reading, retry_after = self._settle(permit, request), None
+        self._conclude(request, reading, retry_after, sent_at)
+
+    def _settle_earlier_send(self, request: Request, nonce: int) -> None:
+        """Exactly-once, first thing after a restart: the earlier run's last send on this key went
+        unanswered. Settle it with its own nonce, before this key sends anything else."""
+        log.info("%s: settling request %s, sent with nonce %d before the restart", self.key.name, request.req_id, nonce)
+        request.ambiguous += 1
+        request.key, request.nonce = self.key.name, nonce  # what its record names if it cannot be settled
+        sent_at = self._clock()
+        self._conclude(request, self._settle(Permit.of_earlier_run(nonce), request), None, sent_at)
+
+    def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
+        """Count the attempt sent at ``sent_at`` and route its request as the retry policy decides."""
         finished_at = self._clock()
         outcome = reading.outcome
         round_trip = finished_at - sent_at
         self._metrics.record_attempt(self.key.name, outcome, round_trip)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, nonce,
+            log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, request.nonce,
                       self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
         action = self._policy.decide(
             outcome, request.failures, retry_after, detail=reading.detail, unsent=request.unsent,

@@ -29,12 +29,13 @@ def final_outcome(reason: str) -> str:
 class Results(JsonLinesOutput):
     """One JSON line per finished request in ``path`` (``-``: standard output), through a
     ``JsonLinesFile`` (whole lines, nothing lost on a failed write). The exchange's answer is kept
-    as JSON when it is JSON, else as text, cut at ``max_body_bytes``."""
+    as JSON when it is JSON, else as text, cut at ``max_body_bytes``. ``durable``: each record is
+    on the disk before ``record`` returns (exactly-once needs it before the key's next send)."""
 
-    def __init__(self, path: str, *, max_body_bytes: int = 4096) -> None:
+    def __init__(self, path: str, *, max_body_bytes: int = 4096, durable: bool = False) -> None:
         self.path = path
         self._max_body = max_body_bytes
-        self._file = JsonLinesFile(path)
+        self._file = JsonLinesFile(path, durable=durable)
 
     def __repr__(self) -> str:
         return f"<Results {self.path}>"

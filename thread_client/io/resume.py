@@ -1,61 +1,111 @@
-"""Picking a file or pipe of requests up again after a crash: what is done, and what was in flight."""
+"""Picking a file or pipe of requests up again after a crash: what is done, what was in flight,
+and which sends of the earlier run may still have been accepted."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..flow.request import Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
-__all__ = ["ResumePoint", "SendJournal"]
+__all__ = ["EarlierSend", "ResumePoint", "SendJournal"]
 
 
 class SendJournal(JsonLinesOutput):
-    """``<results>.sent``: one line (id, key, nonce) written before each send, so a restart can
-    tell the requests that may have reached the exchange from those that never left."""
+    """``<results>.sent``: one line (id, key, nonce, params) written before each send, so a restart
+    can tell the requests that may have reached the exchange from those that never left, and send
+    the last one of each key again with its own nonce. ``durable``: each line is on the disk before
+    its send leaves (group-committed), so even a power loss cannot hide a send."""
 
-    def __init__(self, results_path: str) -> None:
+    def __init__(self, results_path: str, *, durable: bool = False) -> None:
         self.path = f"{results_path}.sent"
-        self._file = JsonLinesFile(self.path)
+        self._file = JsonLinesFile(self.path, durable=durable)
 
     def __repr__(self) -> str:
         return f"<SendJournal {self.path}>"
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
-        self._file.append({"id": request.req_id, "key": key, "nonce": nonce})
+        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params})
 
+
+@dataclass(frozen=True, slots=True)
+class EarlierSend:
+    """The last send of an earlier run on one key, with no final record: its fate is unknown until
+    the same nonce is sent again on the same key, before anything else (exactly-once)."""
+
+    id: str
+    key: str
+    nonce: int
+    params: dict[str, str] = field(default_factory=dict)
 
 
 class ResumePoint:
-    """What an earlier run of the same input left: ids with a final record (``done``: skipped now)
-    and ids that were sent but have none (``resumed``: in flight at the crash, sent again and
-    marked ``resumed_after_crash``). Both live on disk, so memory stays flat for any input."""
+    """What an earlier run of the same input left.
 
-    def __init__(self, results_path: str, state_dir: str | os.PathLike[str] | None = None) -> None:
-        self.done = SeenIds(state_dir)
+    * ``skip``: ids the source passes over: those with a final record, and the ``unsettled`` ones;
+    * ``resumed``: ids sent without a final record, whose last send was answered before the key's
+      next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
+    * ``unsettled``: per masked key name, its last send if that request has no final record and
+      that send is its latest: in exactly-once it may have been accepted unanswered, and is settled
+      with its own nonce before the key sends anything else (one request in flight per key).
+
+    ``unsettled`` is kept only with ``settle_earlier`` (exactly-once); otherwise those requests are
+    resumed like the others. ``skip`` and ``resumed`` live on disk, so memory stays flat for any
+    input; ``unsettled`` holds at most one send per key.
+    """
+
+    def __init__(
+        self, results_path: str, state_dir: str | os.PathLike[str] | None = None, *, settle_earlier: bool = False
+    ) -> None:
+        self.skip = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
         for record in _records(Path(results_path)):
-            self.done.add(str(record.get("id", "")))
+            self.skip.add(str(record.get("id", "")))
+        last_on_key: dict[str, EarlierSend] = {}
+        key_of_last: dict[str, str] = {}  # id -> the key whose last send it is, for the ids in last_on_key
         for record in _records(Path(f"{results_path}.sent")):
-            request_id = str(record.get("id", ""))
-            if request_id not in self.done:
-                self.resumed.add(request_id)
+            send = _earlier_send(record)
+            if send is None or send.id in self.skip:
+                continue
+            self.resumed.add(send.id)
+            earlier_key = key_of_last.pop(send.id, None)
+            if earlier_key is not None:  # this request moved on: its send there was answered, not accepted
+                del last_on_key[earlier_key]
+            replaced = last_on_key.get(send.key)
+            if replaced is not None:
+                del key_of_last[replaced.id]
+            last_on_key[send.key] = send
+            key_of_last[send.id] = send.key
+        self.unsettled = last_on_key if settle_earlier else {}
+        for send in self.unsettled.values():
+            self.skip.add(send.id)
 
     def close(self) -> None:
-        self.done.close()
+        self.skip.close()
         self.resumed.close()
 
 
-def _records(path: Path):
-    """The JSON lines of ``path`` (none if it does not exist); a line a crash cut short is skipped."""
+def _earlier_send(record: dict) -> EarlierSend | None:
+    try:
+        return EarlierSend(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _records(path: Path) -> Iterator[dict]:
+    """The JSON objects of ``path`` (none if it does not exist); a line a crash cut short is skipped."""
     if not path.exists():
         return
     with path.open("rb") as lines:
         for line in lines:
             try:
-                yield json.loads(line)
+                record = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(record, dict):
+                yield record

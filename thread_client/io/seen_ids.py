@@ -27,6 +27,10 @@ class SeenIds:
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.execute("PRAGMA cache_size = -256")
         self._db.execute("CREATE TABLE ids (id TEXT PRIMARY KEY) WITHOUT ROWID")
+        # One transaction for the table's whole life, never committed: a commit per insert wrote the
+        # dirty pages out and dropped the page cache each time (15 us an insert and 7.5 us a lookup,
+        # against 1.7 us each inside one transaction, which spills pages to the file as it fills).
+        self._db.execute("BEGIN")
 
     def __repr__(self) -> str:
         return f"<SeenIds {self._path}>"

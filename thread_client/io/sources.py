@@ -104,8 +104,8 @@ class JsonLinesSource:
                     continue
                 item = parse_line(raw, number)
                 if isinstance(item, Work) and self._resume is not None:
-                    if item.id in self._resume.done:
-                        continue  # it has its final record from an earlier run
+                    if item.id in self._resume.skip:
+                        continue  # it has its final record from an earlier run, or is being settled now
                     if item.id in self._resume.resumed:
                         item = Work(item.id, item.params, resumed=True)
                 if isinstance(item, Work) and not seen.add(item.id):

@@ -48,6 +48,12 @@ class Permit:
     sequence: int
     resend: bool = False
 
+    @classmethod
+    def of_earlier_run(cls, nonce: int) -> "Permit":
+        """The send of an earlier run of the client, known only by its nonce: what a resend after a
+        restart repeats. It came before every send of this run (sequence 0) and holds no slot."""
+        return cls(slot=-1, nonce=nonce, sent_at=-math.inf, sequence=0)
+
 
 @dataclass(frozen=True, slots=True)
 class LimiterState:

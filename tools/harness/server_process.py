@@ -77,7 +77,14 @@ class ServerProcess:
 
     def stats(self, timeout: float = 5.0) -> dict:
         """The server's ground truth from ``GET /api/stats``."""
-        with urllib.request.urlopen(f"{self.url}/api/stats", timeout=timeout, context=self._ssl_context) as answer:
+        return self._get("/api/stats", timeout)
+
+    def accepted(self, timeout: float = 5.0) -> dict[str, int]:
+        """How many times the server accepted each req_id (``GET /api/accepted``)."""
+        return self._get("/api/accepted", timeout)["req_ids"]
+
+    def _get(self, path: str, timeout: float) -> dict:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=timeout, context=self._ssl_context) as answer:
             return json.load(answer)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:

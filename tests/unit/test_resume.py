@@ -1,0 +1,93 @@
+"""What a restart reads from an earlier run: which ids are done, which are resumed, which send each key must settle;
+and the group commit that makes the journal durable before a send."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from thread_client.io.jsonlines import JsonLinesFile
+from thread_client.io.resume import EarlierSend, ResumePoint
+
+
+def write_lines(path, records) -> None:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+@pytest.fixture
+def earlier_run(tmp_path):
+    """An earlier exactly-once run on keys k1 and k2 that crashed. In send order:
+    a on k1 (answered, final record), b on k1 (503, to be retried), b on k2 (no answer yet),
+    c on k1 (no answer yet), and a line the crash cut short."""
+    results = tmp_path / "results.jsonl"
+    write_lines(results, [{"id": "a", "outcome": "accepted"}])
+    sends = [("a", "k1", 10), ("b", "k1", 11), ("b", "k2", 50), ("c", "k1", 12)]
+    write_lines(tmp_path / "results.jsonl.sent",
+                [{"id": i, "key": k, "nonce": n, "params": {"side": "buy"}} for i, k, n in sends])
+    with (tmp_path / "results.jsonl.sent").open("a") as journal:
+        journal.write('{"id": "d", "ke')
+    return str(results)
+
+
+def test_exactly_once_settles_the_last_send_of_each_key_and_resumes_nothing_twice(earlier_run, tmp_path):
+    resume = ResumePoint(earlier_run, tmp_path, settle_earlier=True)
+    try:
+        # b moved on from k1 to k2: only its latest send can have been accepted unanswered.
+        assert resume.unsettled == {"k1": EarlierSend("c", "k1", 12, {"side": "buy"}),
+                                    "k2": EarlierSend("b", "k2", 50, {"side": "buy"})}
+        assert all(i in resume.skip for i in "abc") and "d" not in resume.skip
+    finally:
+        resume.close()
+
+
+def test_a_request_answered_before_its_keys_next_send_is_resumed_not_settled(tmp_path):
+    results = tmp_path / "results.jsonl"
+    write_lines(tmp_path / "results.jsonl.sent", [
+        {"id": "x", "key": "k1", "nonce": 1}, {"id": "y", "key": "k1", "nonce": 2},
+    ])
+    resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+    try:
+        assert set(resume.unsettled) == {"k1"} and resume.unsettled["k1"].id == "y"
+        assert "x" in resume.resumed and "x" not in resume.skip
+    finally:
+        resume.close()
+
+
+def test_at_least_once_resumes_every_unfinished_send(earlier_run, tmp_path):
+    resume = ResumePoint(earlier_run, tmp_path)
+    try:
+        assert resume.unsettled == {}
+        assert "a" in resume.skip and all(i not in resume.skip and i in resume.resumed for i in "bc")
+    finally:
+        resume.close()
+
+
+def test_a_durable_append_returns_only_once_its_line_was_synced(tmp_path, monkeypatch):
+    path = tmp_path / "journal.jsonl"
+    synced: set[str] = set()  # every line some fdatasync covered
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        real_fdatasync(fd)
+        synced.update(path.read_text().splitlines())
+
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+    journal = JsonLinesFile(path, durable=True)
+    not_synced = []
+
+    def writer(name: str) -> None:
+        for n in range(40):
+            journal.append({"writer": name, "n": n})
+            if json.dumps({"writer": name, "n": n}) not in synced:
+                not_synced.append((name, n))
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    journal.close()
+    assert not_synced == [] and len(path.read_text().splitlines()) == 160
