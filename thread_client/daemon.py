@@ -20,7 +20,7 @@ from .flow.request import Request
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
-from .io.results import Results
+from .io.results import ResultSink
 from .io.resume import EarlierSend, SendJournal
 from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
@@ -65,7 +65,7 @@ class Daemon:
         source: RequestSource,
         graveyard: Graveyard,
         keys: KeyPool,
-        results: Results | None = None,
+        results: ResultSink | None = None,
         journal: SendJournal | None = None,
         earlier_sends: Mapping[str, EarlierSend] | None = None,
         transports: TransportFactory,

@@ -17,18 +17,18 @@ from thread_client.io.sources import InvalidInput, JsonLinesSource, Work, parse_
     (b'{"id": "a1", "params": {"amount": 5, "side": "buy", "px": 1.5, "post": true}}',
      Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": "true"})),
     (b'{"id": "a2"}', Work("a2", {})),
-    (b"not json", InvalidInput(7, "", "not JSON")),
-    (b"[1, 2]", InvalidInput(7, "", "not a JSON object")),
-    (b'{"params": {}}', InvalidInput(7, "", 'no "id" string of 1 to 256 characters')),
-    (b'{"id": 12}', InvalidInput(7, "", 'no "id" string of 1 to 256 characters')),
-    (b'{"id": "a3", "param": {}}', InvalidInput(7, "a3", "unknown field(s) param")),
-    (b'{"id": "a4", "params": [1]}', InvalidInput(7, "a4", '"params" is not an object')),
-    (b'{"id": "a5", "params": {"nonce": 1, "api_key": "k"}}', InvalidInput(7, "a5", "reserved parameter name(s) api_key, nonce")),
-    (b'{"id": "a6", "params": {"x": null}}', InvalidInput(7, "a6", "parameter 'x' is not a string, number or boolean")),
-    (b'{"id": "a7", "params": {"x": {"y": 1}}}', InvalidInput(7, "a7", "parameter 'x' is not a string, number or boolean")),
+    (b"not json", InvalidInput("line 7", "", "not JSON")),
+    (b"[1, 2]", InvalidInput("line 7", "", "not a JSON object")),
+    (b'{"params": {}}', InvalidInput("line 7", "", 'no "id" string of 1 to 256 characters')),
+    (b'{"id": 12}', InvalidInput("line 7", "", 'no "id" string of 1 to 256 characters')),
+    (b'{"id": "a3", "param": {}}', InvalidInput("line 7", "a3", "unknown field(s) param")),
+    (b'{"id": "a4", "params": [1]}', InvalidInput("line 7", "a4", '"params" is not an object')),
+    (b'{"id": "a5", "params": {"nonce": 1, "api_key": "k"}}', InvalidInput("line 7", "a5", "reserved parameter name(s) api_key, nonce")),
+    (b'{"id": "a6", "params": {"x": null}}', InvalidInput("line 7", "a6", "parameter 'x' is not a string, number or boolean")),
+    (b'{"id": "a7", "params": {"x": {"y": 1}}}', InvalidInput("line 7", "a7", "parameter 'x' is not a string, number or boolean")),
 ])
 def test_each_line_is_read_against_the_request_format(line, expected):
-    assert parse_line(line, 7) == expected
+    assert parse_line(line, "line 7") == expected
 
 
 def test_duplicates_are_caught_exactly_on_disk(tmp_path):
@@ -43,7 +43,7 @@ def test_a_file_is_read_line_by_line_with_duplicates_and_a_last_line_without_new
     source_file = tmp_path / "in.jsonl"
     source_file.write_bytes(b'{"id": "a"}\n\n{"id": "b"}\n{"id": "a"}\n{"id": "c"}')
     items = list(JsonLinesSource(str(source_file), state_dir=str(tmp_path)).read(threading.Event()))
-    assert items == [Work("a"), Work("b"), InvalidInput(4, "a", "duplicate id 'a'"), Work("c")]
+    assert items == [Work("a"), Work("b"), InvalidInput("line 4", "a", "duplicate id 'a'"), Work("c")]
 
 
 def test_a_stop_ends_the_reading():

@@ -47,9 +47,11 @@ class Producer(ManagedThread):
     def work(self) -> None:
         for item in self._source.read(self._stopping):
             if isinstance(item, InvalidInput):
-                reason = f"invalid input: line {item.line}: {item.reason}"
+                reason = f"invalid input: {item.where}: {item.reason}"
                 self._queues.reject(Request(item.id, self._clock()), reason)
-            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed), self._stopping):
+            elif not self._queues.submit(
+                Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt), self._stopping
+            ):
                 return
         if self._queues.wait_until_settled(self._stopping):
             self._on_exhausted()

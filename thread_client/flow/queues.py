@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..clock import Clock, monotonic
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
-from ..io.results import Results, final_outcome
+from ..io.results import ResultSink, final_outcome
 from .request import Request
 
 __all__ = ["QueueCounts", "QueueManager"]
@@ -70,7 +70,7 @@ class QueueManager:
         *,
         queue_size: int = 50,
         ttl: float = 1.0,
-        results: Results | None = None,
+        results: ResultSink | None = None,
         keep_unsent: bool = False,
         clock: Clock = monotonic,
     ) -> None:

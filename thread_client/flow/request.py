@@ -24,6 +24,7 @@ class Request:
     created_at: float
     params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
     resumed: bool = False  # in flight when an earlier run crashed
+    receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0

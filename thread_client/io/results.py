@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Callable, Protocol
 
 from ..flow.request import Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
-__all__ = ["FINAL_OUTCOMES", "Results", "final_outcome"]
+__all__ = ["FINAL_OUTCOMES", "ResultSink", "Results", "final_outcome", "final_record"]
 
 #: Every request ends in exactly one of these.
 FINAL_OUTCOMES = (
@@ -24,6 +25,17 @@ _OUTCOME_OF_REASON = {
 def final_outcome(reason: str) -> str:
     """The outcome a burial reason stands for (``retries exhausted: timeout`` -> ``retries_exhausted``)."""
     return _OUTCOME_OF_REASON.get(reason.split(":")[0], "shutdown")
+
+
+class ResultSink(Protocol):
+    """Where final records go: a JSON-lines file (``Results``) or a results stream."""
+
+    path: str
+
+    def record(self, request: Request, outcome: str, reason: str = "") -> None: ...
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
+    def unwritten(self) -> list[str]: ...
+    def close(self) -> None: ...
 
 
 class Results(JsonLinesOutput):
@@ -42,30 +54,36 @@ class Results(JsonLinesOutput):
 
     def record(self, request: Request, outcome: str, reason: str = "") -> None:
         """Write the final record of ``request``."""
-        finished = time.time()
-        self._file.append({
-            "id": request.req_id,
-            "outcome": outcome,
-            "reason": reason,
-            "http_status": request.http_status,
-            "body": self._body(request.body),
-            "attempts": request.attempts,
-            "ambiguous_attempts": request.ambiguous,
-            "resumed_after_crash": request.resumed,
-            "key": request.key,
-            "nonce": request.nonce,
-            "latency_ms": round(1000 * (finished - request.created_wall), 3),
-            "created": round(request.created_wall, 6),
-            "finished": round(finished, 6),
-        })
+        self._file.append(final_record(request, outcome, reason, self._max_body))
 
-    def _body(self, body: bytes) -> object:
-        if not body:
-            return None
-        if len(body) <= self._max_body:
-            try:
-                return json.loads(body)
-            except ValueError:
-                pass
-        return body[: self._max_body].decode("utf-8", "replace")
 
+def final_record(request: Request, outcome: str, reason: str, max_body_bytes: int) -> dict:
+    """The one record a request ends with, as every results sink writes it (a file, a stream)."""
+    finished = time.time()
+    return {
+        "id": request.req_id,
+        "outcome": outcome,
+        "reason": reason,
+        "http_status": request.http_status,
+        "body": _readable_body(request.body, max_body_bytes),
+        "attempts": request.attempts,
+        "ambiguous_attempts": request.ambiguous,
+        "resumed_after_crash": request.resumed,
+        "key": request.key,
+        "nonce": request.nonce,
+        "latency_ms": round(1000 * (finished - request.created_wall), 3),
+        "created": round(request.created_wall, 6),
+        "finished": round(finished, 6),
+    }
+
+
+def _readable_body(body: bytes, max_bytes: int) -> object:
+    """The exchange's answer as JSON when it is JSON, else as text, cut at ``max_bytes``."""
+    if not body:
+        return None
+    if len(body) <= max_bytes:
+        try:
+            return json.loads(body)
+        except ValueError:
+            pass
+    return body[:max_bytes].decode("utf-8", "replace")

@@ -28,13 +28,15 @@ class Work:
     id: str
     params: dict[str, str] = field(default_factory=dict)
     resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
+    receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
 
 
 @dataclass(frozen=True, slots=True)
 class InvalidInput:
-    """A line that is no request: never sent, recorded as ``invalid_input`` with its line number."""
+    """A line that is no request: never sent, recorded as ``invalid_input`` with where it was
+    (``line 12``, ``entry 1700000000000-0``)."""
 
-    line: int
+    where: str
     id: str
     reason: str
 
@@ -102,14 +104,14 @@ class JsonLinesSource:
             for number, raw in enumerate(self._lines(stream, stop), 1):
                 if not raw.strip():
                     continue
-                item = parse_line(raw, number)
+                item = parse_line(raw, f"line {number}")
                 if isinstance(item, Work) and self._resume is not None:
                     if item.id in self._resume.skip:
                         continue  # it has its final record from an earlier run, or is being settled now
                     if item.id in self._resume.resumed:
                         item = Work(item.id, item.params, resumed=True)
                 if isinstance(item, Work) and not seen.add(item.id):
-                    item = InvalidInput(number, item.id, f"duplicate id {item.id!r}")
+                    item = InvalidInput(f"line {number}", item.id, f"duplicate id {item.id!r}")
                 yield item
         finally:
             seen.close()
@@ -136,26 +138,26 @@ class JsonLinesSource:
                 return
 
 
-def parse_line(raw: bytes, number: int) -> Work | InvalidInput:
-    """One line read against the request format; never raises."""
+def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
+    """One line read against the request format; never raises. ``where`` names it in the reason."""
     try:
         value = json.loads(raw)
     except ValueError:
-        return InvalidInput(number, "", "not JSON")
+        return InvalidInput(where, "", "not JSON")
     if not isinstance(value, dict):
-        return InvalidInput(number, "", "not a JSON object")
+        return InvalidInput(where, "", "not a JSON object")
     request_id = value.get("id")
     if not isinstance(request_id, str) or not 0 < len(request_id) <= _MAX_ID_LENGTH:
-        return InvalidInput(number, "", f"no \"id\" string of 1 to {_MAX_ID_LENGTH} characters")
+        return InvalidInput(where, "", f"no \"id\" string of 1 to {_MAX_ID_LENGTH} characters")
     unknown = set(value) - {"id", "params"}
     if unknown:
-        return InvalidInput(number, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
+        return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
     params = value.get("params", {})
     if not isinstance(params, dict):
-        return InvalidInput(number, request_id, "\"params\" is not an object")
+        return InvalidInput(where, request_id, "\"params\" is not an object")
     reserved = RESERVED_PARAMS & set(params)
     if reserved:
-        return InvalidInput(number, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
+        return InvalidInput(where, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
     as_text = {}
     for name, scalar in params.items():
         if isinstance(scalar, bool):
@@ -163,5 +165,5 @@ def parse_line(raw: bytes, number: int) -> Work | InvalidInput:
         elif isinstance(scalar, str) or (isinstance(scalar, (int, float)) and math.isfinite(scalar)):
             as_text[name] = str(scalar)
         else:
-            return InvalidInput(number, request_id, f"parameter {name!r} is not a string, number or boolean")
-    return Work(request_id, as_text)
+            return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
+    return Work(request_id, as_text, receipt=receipt)

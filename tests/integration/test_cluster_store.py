@@ -1,0 +1,97 @@
+"""The shared store's building blocks against a real Valkey: leases with fencing and self-fencing, nonce blocks
+above every earlier owner's, membership heartbeats; and all of it still right after Valkey restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import KEYS, FakeClock, wait_for
+from thread_client.cluster.keyspace import Keyspace
+from thread_client.cluster.leases import KeyLease
+from thread_client.cluster.members import Membership
+from thread_client.cluster.nonce_blocks import LeaseLost, NonceBlocks
+
+NAMES = Keyspace("test").key(KEYS[0])
+QUIET = 2.0  # a window plus the unanswered hold
+
+
+def lease(store, member: str, ttl: float = 5.0, margin: float = 0.5, clock=None) -> KeyLease:
+    extra = {"clock": clock} if clock is not None else {}
+    return KeyLease(store, NAMES, member, ttl=ttl, quiet=QUIET, margin=margin, **extra)
+
+
+def test_one_holder_at_a_time_and_a_new_fence_for_each(valkey):
+    store = valkey.client()
+    first, second = lease(store, "a"), lease(store, "b")
+    grant = first.acquire()
+    assert grant is not None and grant.fence == 1 and first.may_send()
+    assert second.acquire() is None and not second.may_send()
+    first.release()
+    assert not first.may_send()
+    taken = second.acquire()
+    # Released just now: the new owner keeps quiet for the whole window plus hold.
+    assert taken is not None and taken.fence == 2 and QUIET - 0.2 <= taken.quiet_for <= QUIET
+    assert not first.renew() and not first.may_send()
+
+
+def test_a_holder_stops_sending_before_its_lease_ends_by_its_own_clock(valkey):
+    clock = FakeClock()
+    holder = lease(valkey.client(), "a", ttl=10.0, margin=1.0, clock=clock)
+    holder.acquire()
+    clock.advance(8.99)
+    assert holder.may_send()
+    clock.advance(0.01)
+    assert not holder.may_send()  # the store still says it is ours: the margin is this side's safety
+    assert holder.renew() and holder.may_send()
+
+
+def test_an_expired_lease_goes_to_the_next_member_and_the_old_one_learns_it(valkey):
+    store = valkey.client()
+    old, new = lease(store, "a", ttl=0.3, margin=0.1), lease(store, "b")
+    old.acquire()
+    grants = []
+    wait_for(lambda: grants.append(new.acquire()) or grants[-1] is not None, timeout=5)
+    assert grants[-1].fence == 2 and grants[-1].quiet_for <= QUIET
+    assert not old.renew() and not old.may_send()
+
+
+def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey):
+    store = valkey.client()
+    old, new = lease(store, "a"), lease(store, "b")
+    old.acquire()
+    old_blocks = NonceBlocks(store, NAMES, old, size=100)
+    seconds, micros = store.time()
+    first, last = old_blocks.reserve(1)
+    assert first >= seconds * 1_000_000 + micros and last == first + 99
+    ahead = old_blocks.reserve(first + 10**9)  # a skip-ahead asks for more: granted above it
+    assert ahead[0] == first + 10**9
+    old.release()
+    new.acquire()
+    with pytest.raises(LeaseLost):
+        old_blocks.reserve(1)  # a stale owner gets no more nonces
+    taken_over = NonceBlocks(store, NAMES, new, size=100).reserve(1)
+    assert taken_over[0] > ahead[1]
+
+
+def test_members_see_each_other_and_a_silent_one_drops_out(valkey):
+    store = valkey.client()
+    steady = Membership(store, "test:members", "steady", ttl=5.0)
+    brief = Membership(store, "test:members", "brief", ttl=0.2)
+    brief.beat()
+    assert steady.beat() == ["brief", "steady"]
+    wait_for(lambda: steady.beat() == ["steady"], timeout=5)
+    brief.beat()
+    assert brief.leave() == ["steady"]
+
+
+def test_leases_and_nonces_survive_a_valkey_restart(valkey):
+    store = valkey.client()
+    holder = lease(store, "a")
+    holder.acquire()
+    blocks = NonceBlocks(store, NAMES, holder, size=100)
+    before = blocks.reserve(1)
+    valkey.restart()  # a clean stop writes the append-only file; the script cache is empty afterwards
+    assert holder.renew()
+    assert blocks.reserve(1)[0] > before[1]
+    holder.release()
+    assert lease(store, "b").acquire().fence == 2

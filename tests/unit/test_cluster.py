@@ -1,0 +1,70 @@
+"""Pure parts of the several-processes mode: store addresses, names under one hash tag, rendezvous spreading."""
+
+from __future__ import annotations
+
+import pytest
+
+from thread_client.cluster.address import StoreAddress, is_store_url
+from thread_client.cluster.keyspace import Keyspace
+from thread_client.cluster.members import rendezvous_owner
+from thread_client.errors import ConfigError
+
+KEY_IDS = [f"key-{n}" for n in range(15)]
+
+
+def owners(members: list[str]) -> dict[str, str]:
+    return {key: rendezvous_owner(key, members) for key in KEY_IDS}
+
+
+def test_a_member_leaving_moves_only_its_own_keys():
+    before = owners(["m1", "m2", "m3"])
+    after = owners(["m1", "m3"])
+    moved = {key for key in KEY_IDS if before[key] != after[key]}
+    assert moved == {key for key in KEY_IDS if before[key] == "m2"} and moved
+    assert set(after.values()) == {"m1", "m3"}
+
+
+def test_a_member_joining_takes_keys_only_for_itself():
+    before = owners(["m1", "m2"])
+    after = owners(["m1", "m2", "m3"])
+    assert all(after[key] in (before[key], "m3") for key in KEY_IDS)
+    assert "m3" in after.values()
+
+
+def test_every_member_computes_the_same_owner_whatever_the_order():
+    assert owners(["m1", "m2", "m3"]) == owners(["m3", "m1", "m2"])
+    assert rendezvous_owner("key-1", []) is None
+
+
+def test_the_names_of_one_key_share_one_hash_tag_and_never_hold_the_secret():
+    names = Keyspace("tc").key("the-secret-api-key")
+    tags = {name[name.index("{"): name.index("}") + 1] for name in (names.lease, names.lease_until, names.fence,
+                                                                     names.nonce_mark)}
+    assert len(tags) == 1 and "the-secret" not in repr(names)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("redis://10.0.0.5:6380/2?stream=work&group=g", ("10.0.0.5", 6380, 2, False, {"stream": "work", "group": "g"})),
+    ("valkey://store", ("store", 6379, 0, False, {})),
+    ("rediss://store:7000/", ("store", 7000, 0, True, {})),
+])
+def test_store_addresses_are_read_with_defaults(url, expected):
+    address = StoreAddress.parse(url)
+    assert (address.host, address.port, address.db, address.tls, address.options) == expected
+    assert is_store_url(url)
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("redis://store:port/0", "port is not a number"),
+    ("redis://store/zero", "database must be a number"),
+    ("http://store/0", "not a redis:// or valkey:// address"),
+])
+def test_a_bad_store_address_is_refused_with_its_reason(url, message):
+    with pytest.raises(ConfigError, match=message):
+        StoreAddress.parse(url)
+
+
+def test_a_missing_option_names_the_flag_and_the_fix():
+    with pytest.raises(ConfigError, match=r"--results redis://s:6379/0: add \?stream=NAME"):
+        StoreAddress.parse("redis://s").option("stream", flag="--results")
+    assert not is_store_url("results.jsonl") and not is_store_url("-")

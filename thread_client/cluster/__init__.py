@@ -1,0 +1,1 @@
+"""Several daemons sharing keys and work through Valkey (or Redis >= 7.2); needs the ``cluster`` extra."""

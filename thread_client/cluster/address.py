@@ -1,0 +1,76 @@
+"""Where the shared store is: ``redis://HOST:PORT/DB?stream=NAME&group=NAME``, and a client for it.
+
+The ``redis`` package is imported here only, and only when a ``redis://`` address
+is used: the one-machine daemon runs without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["StoreAddress", "is_store_url"]
+
+_TLS_SCHEMES = ("rediss", "valkeys")
+_SCHEMES = ("redis", "valkey", *_TLS_SCHEMES)
+
+
+def is_store_url(text: str | None) -> bool:
+    """Whether ``text`` names the shared store rather than a file."""
+    return bool(text) and urlsplit(text).scheme in _SCHEMES
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """A parsed store URL: host, port, database, TLS, and the query's options (``stream``, ``group``...)."""
+
+    host: str
+    port: int
+    db: int = 0
+    tls: bool = False
+    options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, url: str, *, flag: str = "--source") -> "StoreAddress":
+        parts = urlsplit(url)
+        if parts.scheme not in _SCHEMES:
+            raise ConfigError(f"{flag} {url}: not a redis:// or valkey:// address")
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            raise ConfigError(f"{flag} {url}: the port is not a number") from None
+        path = parts.path.strip("/") or "0"
+        if not path.isdigit():
+            raise ConfigError(f"{flag} {url}: the database must be a number, got {path!r}")
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        return cls(parts.hostname or "127.0.0.1", port, int(path), parts.scheme in _TLS_SCHEMES, options)
+
+    def __str__(self) -> str:
+        query = "&".join(f"{name}={value}" for name, value in self.options.items())
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{self.host}:{self.port}/{self.db}" + (f"?{query}" if query else "")
+
+    def option(self, name: str, default: str | None = None, *, flag: str = "--source") -> str:
+        """A query option; ConfigError naming the flag if it is missing and has no default."""
+        value = self.options.get(name, default)
+        if not value:
+            raise ConfigError(f"{flag} {self}: add ?{name}=NAME to the address")
+        return value
+
+    def connect(self, *, timeout: float = 2.0) -> "redis.Redis":
+        """A client with short socket timeouts: a store that stops answering must be noticed within a
+        lease's lifetime, not after the kernel's TCP timeout."""
+        try:
+            import redis
+        except ImportError:
+            raise ConfigError("a redis:// address needs the redis package: pip install 'thread_client[cluster]'") from None
+        return redis.Redis(
+            host=self.host, port=self.port, db=self.db, ssl=self.tls, decode_responses=True,
+            socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
+        )

@@ -1,0 +1,49 @@
+"""The names of everything the daemons keep in the store.
+
+Every name that belongs to one API key carries that key's hash tag ``{k:<id>}``,
+so a script touching several of them stays in one Redis Cluster slot. The id is
+a hash of the secret: the store never sees a key itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["KeyNames", "Keyspace", "key_id"]
+
+
+def key_id(secret: str) -> str:
+    """A stable, non-reversible id of an API key (the same on every host)."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyNames:
+    """The store's names for one API key."""
+
+    lease: str  # the owner's token, expiring with the lease
+    lease_until: str  # when the current or last lease ends or ended (store time, ms): the next owner's quiet period
+    fence: str  # incremented on every acquisition: the fencing token
+    nonce_mark: str  # the highest nonce any owner may have used
+
+
+@dataclass(frozen=True, slots=True)
+class Keyspace:
+    """All names under one ``prefix``, so several deployments can share a store."""
+
+    prefix: str = "tc"
+
+    def key(self, secret: str) -> KeyNames:
+        tag = f"{self.prefix}:{{k:{key_id(secret)}}}"
+        return KeyNames(f"{tag}:lease", f"{tag}:lease-until", f"{tag}:fence", f"{tag}:nonce-mark")
+
+    @property
+    def members(self) -> str:
+        """Sorted set: member id -> when its heartbeat runs out (store time, ms)."""
+        return f"{self.prefix}:members"
+
+    @property
+    def key_names(self) -> str:
+        """Hash: key id -> masked key name, for ``status``."""
+        return f"{self.prefix}:key-names"

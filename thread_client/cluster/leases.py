@@ -1,0 +1,141 @@
+"""Key leases: one daemon drives an API key only while it holds that key's lease in the store.
+
+A lease is ``SET lease token NX PX ttl``, renewed by a script that checks the
+token, with a fencing counter bumped on every acquisition. Any lease can run out
+while its holder is paused (GC, SIGSTOP, a slow disk), and the exchange cannot
+reject a stale holder's request for spending a rate-limit slot, so the holder
+fences itself: it sends only before a deadline on its own monotonic clock,
+counted from *before* the request that granted or renewed the lease, less a
+margin; a failed renewal ends it at once. The next owner then keeps quiet for a
+window plus the unanswered hold after the old lease ended (in the store's time),
+so every stamp the old owner may have left in the server's ring has expired
+before its first send.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..clock import Clock, monotonic
+from .keyspace import KeyNames
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["KeyLease", "LeaseGrant"]
+
+# Store time in ms, from TIME (never a host's clock: hosts differ).
+_NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+
+_ACQUIRE = _NOW_MS + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ended > now then ended = now end
+local fence = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
+return {fence, string.format('%.0f', ended), string.format('%.0f', now)}
+"""
+
+_RENEW = _NOW_MS + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
+return 1
+"""
+
+_RELEASE = _NOW_MS + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[2], string.format('%.0f', now))
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """An acquired lease: its fencing token, and how long to keep quiet before the first send."""
+
+    fence: int
+    quiet_for: float
+
+
+class KeyLease:
+    """This member's hold on one API key. ``acquire``/``renew``/``release`` are called by one thread
+    (the member's lease keeper); ``may_send`` by the key's workers, right before each send.
+
+    ``quiet``: a window plus the unanswered hold, the time a previous owner's stamps can outlive its
+    lease. ``margin``: how long before the lease's end (by this process's clock) sends stop.
+    """
+
+    def __init__(
+        self,
+        store: "redis.Redis",
+        names: KeyNames,
+        member: str,
+        *,
+        ttl: float,
+        quiet: float,
+        margin: float,
+        clock: Clock = monotonic,
+    ) -> None:
+        if not 0 <= margin < ttl:
+            raise ValueError("the margin must be shorter than the lease")
+        self._names = names
+        self.token = f"{member}:{secrets.token_hex(8)}"  # what the store holds while the lease is ours
+        self._ttl_ms = max(1, round(ttl * 1000))
+        self._ttl = ttl
+        self._quiet = quiet
+        self._margin = margin
+        self._clock = clock
+        self._acquire = store.register_script(_ACQUIRE)
+        self._renew = store.register_script(_RENEW)
+        self._release = store.register_script(_RELEASE)
+        # Written by the keeper, read by workers: a float swap is atomic, and a stale read can only be older.
+        self._send_before = -math.inf
+        self.fence: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<KeyLease {self._names.lease} fence={self.fence} held={self.may_send()}>"
+
+    def may_send(self) -> bool:
+        """Whether a send may leave now: the lease is held and its end (less the margin) not reached."""
+        return self._clock() < self._send_before
+
+    @property
+    def held(self) -> bool:
+        return self.fence is not None
+
+    def acquire(self) -> LeaseGrant | None:
+        """Take the lease if nobody holds it; None if somebody does."""
+        asked_at = self._clock()
+        reply = self._acquire(keys=[self._names.lease, self._names.lease_until, self._names.fence],
+                              args=[self.token, self._ttl_ms])
+        if reply is None:
+            return None
+        fence, ended_ms, now_ms = (int(value) for value in reply)
+        self.fence = fence
+        self._send_before = asked_at + self._ttl - self._margin
+        return LeaseGrant(fence, max(0.0, (ended_ms - now_ms) / 1000 + self._quiet))
+
+    def renew(self) -> bool:
+        """Extend the lease; False (and no further send) if it is no longer ours."""
+        asked_at = self._clock()
+        if self._renew(keys=[self._names.lease, self._names.lease_until], args=[self.token, self._ttl_ms]) == 1:
+            self._send_before = asked_at + self._ttl - self._margin
+            return True
+        self.lost()
+        return False
+
+    def lost(self) -> None:
+        """Stop sending at once (a renewal failed or the store cannot be reached)."""
+        self._send_before = -math.inf
+        self.fence = None
+
+    def release(self) -> None:
+        """Give the lease up (after the key's last answer), so the next owner's quiet period starts now."""
+        self.lost()
+        self._release(keys=[self._names.lease, self._names.lease_until], args=[self.token])

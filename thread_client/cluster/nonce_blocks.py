@@ -1,0 +1,55 @@
+"""Nonces across processes and hosts: blocks reserved atomically in the store, per key.
+
+A block starts above the key's stored high-water mark and above the store's
+``TIME`` in microseconds, and only the current lease holder may reserve one. So
+host clocks and their skew never matter, and a stale owner's nonces (from blocks
+it reserved while it held the lease) are always below the new owner's.
+Microseconds since the epoch (~1.8e15) stay below 2^53, where Lua's doubles are exact.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .keyspace import KeyNames
+from .leases import KeyLease
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["LeaseLost", "NonceBlocks"]
+
+_RESERVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local start = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now, tonumber(ARGV[2]))
+local mark = start + tonumber(ARGV[3]) - 1
+redis.call('SET', KEYS[2], string.format('%.0f', mark))
+return {string.format('%.0f', start), string.format('%.0f', mark)}
+"""
+
+
+class LeaseLost(Exception):
+    """Raised when a nonce block is asked for by a member that no longer holds the key's lease."""
+
+
+class NonceBlocks:
+    """Reserves blocks of ``size`` nonces for one key, while ``lease`` holds it."""
+
+    def __init__(self, store: "redis.Redis", names: KeyNames, lease: KeyLease, *, size: int = 10_000) -> None:
+        if size < 1:
+            raise ValueError("a block holds at least one nonce")
+        self._names = names
+        self._lease = lease
+        self._size = size
+        self._reserve = store.register_script(_RESERVE)
+
+    def reserve(self, wanted: int) -> tuple[int, int]:
+        """A block (first, last) with ``first >= wanted``; LeaseLost if the lease is not ours."""
+        reply = self._reserve(keys=[self._names.lease, self._names.nonce_mark],
+                              args=[self._lease.token, wanted, self._size])
+        if reply is None:
+            raise LeaseLost(self._names.lease)
+        first, last = (int(value) for value in reply)
+        return first, last

