@@ -8,18 +8,22 @@ import logging.handlers
 import math
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Callable
 
 from .clock import Clock, monotonic
+from .cluster.address import is_store_url
+from .cluster.commands import status_main, submit_main
+from .cluster.streams import StreamResults, StreamSource
 from .config import DEFAULT_URL, DELIVERIES, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
 from .flow.producer import RequestSource
-from .io.results import Results
+from .io.results import Results, ResultSink
 from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import PARAMS_IN, Transport, tls_context
@@ -35,6 +39,10 @@ _SAME_AS_CONFIG = (
     "queue_size", "load", "source", "follow", "params_in", "duration", "metrics_interval", "metrics_port", "outage_after",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
+
+
+# Beside the daemon (no sub-command): work into the shared store, and its state.
+_SUBCOMMANDS = {"submit": submit_main, "status": status_main}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Push a stream of requests through several API keys of a rate-limited exchange, "
         "as fast as the limits allow, without tripping them and without losing a request.",
         epilog=f"Keys: --keys-file, else ${KEYS_ENV} (comma or space separated), else the reference "
-        f"server's public test keys. {EXIT_HELP}",
+        f"server's public test keys. {EXIT_HELP} Sub-commands beside the daemon: '{PROG} submit --to URL FILE' "
+        f"puts requests into a work stream, '{PROG} status --redis URL' shows its state (each has --help).",
     )
     add = p.add_argument
     add("--url", default=DEFAULT_URL,
@@ -108,9 +117,12 @@ def _parser() -> argparse.ArgumentParser:
         "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
         "and a lost answer is asked again with the same nonce until the exchange's answer settles it "
         "(default %(default)s)")
-    add("--source", default="generate", metavar="generate|PATH|-",
+    add("--source", default="generate", metavar="generate|PATH|-|redis://...",
         help="where requests come from: generate (the synthetic --load), a JSON-lines file of "
-        '{"id": "...", "params": {...}} objects, or - for standard input (default %(default)s)')
+        '{"id": "...", "params": {...}} objects, - for standard input, or a work stream shared by several '
+        "daemons, redis://HOST:PORT/DB?stream=NAME&group=NAME (default %(default)s)")
+    add("--member", metavar="NAME",
+        help="this daemon's name in the work stream's consumer group (default HOST-PID)")
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
     add("--params-in", choices=PARAMS_IN, default="query",
         help="send a request's params in the query string or as a form body (default %(default)s)")
@@ -144,18 +156,21 @@ def build_config(argv: list[str] | None = None) -> Config:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        if args.results is None and args.source != "generate":
+        from_stream = is_store_url(args.source)
+        if args.results is None and args.source != "generate" and not from_stream:
             args.results = str(Path(args.graveyard).with_name("results.jsonl"))
+        results_file = None if args.results == "-" or is_store_url(args.results) else args.results
         for flag, path in (("--graveyard", args.graveyard), ("--summary-json", args.summary_json),
-                           ("--log-file", args.log_file), ("--results", None if args.results == "-" else args.results)):
+                           ("--log-file", args.log_file), ("--results", results_file)):
             _check_writable(flag, path)
-        if args.source not in ("generate", "-") and not os.access(args.source, os.R_OK):
+        if args.source not in ("generate", "-") and not from_stream and not os.access(args.source, os.R_OK):
             raise ConfigError(f"--source {args.source}: cannot read it")
         keys, keys_source = load_keys(args.keys_file)
         return Config(
             keys=keys,
             keys_source=keys_source,
             results=args.results,
+            member=args.member or f"{socket.gethostname()}-{os.getpid()}",
             state_dir=args.state_dir or str(default_state_dir()),
             threads_per_key=args.threads_per_key or (1 if args.delivery == "exactly-once" else 2),
             window=args.window_ms / 1000,
@@ -197,20 +212,28 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
     # exactly-once, the last send of each key is settled first with its journaled nonce.
-    resumable = config.source != "generate" and config.results not in (None, "-")
+    resumable = config.source != "generate" and not config.from_stream and config.results not in (None, "-")
     resume = ResumePoint(config.results, config.state_dir, settle_earlier=config.exactly_once) if resumable else None
-    if config.source == "generate":
-        source: RequestSource = SyntheticSource(config.load)
+    results: ResultSink | None = None
+    if config.from_stream:
+        # A work stream remembers what is pending itself: the results stream acknowledges each entry.
+        work = config.work_stream
+        source: RequestSource = StreamSource(work, config.member)
+        results = StreamResults(work, max_body_bytes=config.max_body_bytes)
+    elif config.source == "generate":
+        source = SyntheticSource(config.load)
     else:
         source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
+    if config.results and not config.from_stream:
+        # Exactly-once: a request's final record is on the disk before its key's next send (see the journal).
+        results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
     return Daemon(
         config,
         source=source,
         graveyard=Graveyard(config.graveyard),
-        # Exactly-once: a send's journal line, and a request's final record, are on the disk before the
-        # key's next send, so a restart after a power loss still knows which send to settle.
-        results=Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
-        if config.results else None,
+        results=results,
+        # Exactly-once: a send's journal line is on the disk before the send, so a restart after a power
+        # loss still knows which send to settle.
         journal=SendJournal(config.results, durable=config.exactly_once) if resumable else None,
         earlier_sends=resume.unsettled if resume is not None else None,
         keys=keys,
@@ -242,6 +265,9 @@ def _configure_logging(config: Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _SUBCOMMANDS:
+        return _SUBCOMMANDS[argv[0]](argv[1:], PROG)
     config = build_config(argv)
     try:
         _configure_logging(config)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .cluster.address import StoreAddress, is_store_url
+from .cluster.streams import WorkStream
 from .errors import ConfigError
 from .io.sources import LOADS
 from .io.transport import PARAMS_IN
@@ -50,7 +52,8 @@ class Config:
     queue_size: int = 50
     threads_per_key: int = 2
     load: str = "exercise"
-    source: str = "generate"  # or a JSON-lines file, or "-" for standard input
+    source: str = "generate"  # or a JSON-lines file, "-" for standard input, or a work stream (redis://...)
+    member: str = ""  # this daemon's name in a work stream's consumer group (default: host-pid)
     follow: bool = False
     params_in: str = "query"
     duration: float = 0.0
@@ -97,8 +100,19 @@ class Config:
             raise ConfigError(f"--delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
         if self.exactly_once and self.threads_per_key != 1:
             raise ConfigError("--delivery exactly-once sends one request at a time per key: --threads-per-key must be 1")
-        if self.follow and self.source in ("generate", "-"):
+        if self.follow and (self.source in ("generate", "-") or self.from_stream):
             raise ConfigError("--follow tails a file: give --source PATH")
+        if self.from_stream:
+            self.work_stream  # noqa: B018 -- parsing it is the check
+            if self.exactly_once:
+                raise ConfigError("--delivery exactly-once with a redis:// source is not available yet: its send "
+                                  "journal has to live in the store, for whichever daemon takes the work over")
+            if self.results is not None and not is_store_url(self.results):
+                raise ConfigError("with a redis:// --source the results go to a stream of the same store "
+                                  "(the record and the acknowledgement of its entry are one step): drop --results "
+                                  "or give --results redis://...?stream=NAME")
+        elif is_store_url(self.results):
+            raise ConfigError("--results redis://... needs a redis:// --source (each record acknowledges its entry)")
         if self.params_in not in PARAMS_IN:
             raise ConfigError(f"--params-in must be one of {', '.join(PARAMS_IN)}, got {self.params_in!r}")
         if self.load not in LOADS:
@@ -112,6 +126,23 @@ class Config:
     @property
     def exactly_once(self) -> bool:
         return self.delivery == "exactly-once"
+
+    @property
+    def from_stream(self) -> bool:
+        """Whether requests come from a work stream in the shared store."""
+        return is_store_url(self.source)
+
+    @property
+    def work_stream(self) -> WorkStream:
+        """The work stream of a redis:// ``source``, its results named by a redis:// ``results``."""
+        address = StoreAddress.parse(self.source)
+        if is_store_url(self.results):
+            results = StoreAddress.parse(self.results, flag="--results")
+            if (results.host, results.port, results.db) != (address.host, address.port, address.db):
+                raise ConfigError("--results must name a stream on the --source store")
+            address = replace(address, options={**address.options,
+                                                 "results": results.option("stream", flag="--results")})
+        return WorkStream(address)
 
 
 def _positive(**values: float) -> None:

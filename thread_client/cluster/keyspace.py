@@ -35,7 +35,11 @@ class Keyspace:
     prefix: str = "tc"
 
     def key(self, secret: str) -> KeyNames:
-        tag = f"{self.prefix}:{{k:{key_id(secret)}}}"
+        return self.of_id(key_id(secret))
+
+    def of_id(self, key: str) -> KeyNames:
+        """The names of the API key whose ``key_id`` is ``key``."""
+        tag = f"{self.prefix}:{{k:{key}}}"
         return KeyNames(f"{tag}:lease", f"{tag}:lease-until", f"{tag}:fence", f"{tag}:nonce-mark")
 
     @property

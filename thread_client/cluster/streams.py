@@ -12,8 +12,10 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+from ..errors import ConfigError
 from ..flow.request import Request
 from ..io.results import final_record
 from ..io.sources import InvalidInput, Work, parse_line
@@ -50,6 +52,13 @@ class WorkStream:
         self.group = address.option("group", "workers", flag=flag)
         self.results = address.option("results", f"{self.stream}:results", flag=flag)
         self.dead = address.option("dead", f"{self.stream}:dead", flag=flag)
+        reclaim = address.option("reclaim", "30", flag=flag)
+        try:
+            self.reclaim_after = float(reclaim)  # seconds an entry stays pending before another member takes it
+        except ValueError:
+            raise ConfigError(f"{flag} {address}: reclaim must be a number of seconds, got {reclaim!r}") from None
+        if not 0 < self.reclaim_after < 86_400:
+            raise ConfigError(f"{flag} {address}: reclaim must be between 0 and 86400 seconds")
 
     def __repr__(self) -> str:
         return f"<WorkStream {self.stream} group={self.group}>"
@@ -72,17 +81,26 @@ class StreamSource:
     back for more, that is when the main queue had room: a daemon holds at most
     its queue's worth of work it cannot send yet. First it takes back what this
     consumer had pending (a restart under the same name): those may have been
-    sent already, so they count as resumed. A stream has no end: the source
-    waits for new entries until ``stop``. A store that stops answering is waited
-    for, with a warning, and reading resumes when it is back.
+    sent already, so they count as resumed. Entries another consumer left pending
+    for ``work.reclaim_after`` seconds (it died, or lost its keys) are claimed with
+    ``XAUTOCLAIM``, resumed too; its cursor is kept between calls, so the scan
+    moves on through the pending list instead of rereading its head. A stream has
+    no end: the source waits for new entries until ``stop``. A store that stops
+    answering is waited for, with a warning, and reading resumes when it is back.
     """
 
-    def __init__(self, work: WorkStream, consumer: str, *, batch: int = 10, block: float = 0.25) -> None:
+    def __init__(
+        self, work: WorkStream, consumer: str, *, batch: int = 10, block: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.work = work
         self.consumer = consumer
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
         self._block = block
+        self._reclaim_after_ms = max(1, round(work.reclaim_after * 1000))
+        self._reclaim_every = work.reclaim_after / 4
+        self._clock = clock
 
     def __repr__(self) -> str:
         return f"<StreamSource {self.work.stream} as {self.consumer}>"
@@ -95,16 +113,31 @@ class StreamSource:
             store.close()
 
     def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput]:
-        own_pending = True  # first this consumer's own pending entries (id 0), then new ones (">")
+        # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
+        own_pending, pending_after = True, "0"
         down_since: float | None = None
+        cursor, next_reclaim = "0-0", self._clock()
+        group_ready = False  # made sure of at the start and after the store was away
         while not stop.is_set():
             try:
-                self.work.ensure_group(store)
+                if not group_ready:
+                    self.work.ensure_group(store)
+                    group_ready = True
+                if not own_pending and self._clock() >= next_reclaim:
+                    cursor, claimed = self._reclaim(store, cursor)
+                    if cursor == "0-0":  # the scan went round the whole pending list: rest a while
+                        next_reclaim = self._clock() + self._reclaim_every
+                    for entry_id, fields in claimed:
+                        yield self._resumed(parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}",
+                                                       receipt=entry_id))
+                    if claimed:
+                        continue
                 reply = store.xreadgroup(
-                    self.work.group, self.consumer, {self.work.stream: "0" if own_pending else ">"},
+                    self.work.group, self.consumer, {self.work.stream: pending_after if own_pending else ">"},
                     count=self._batch, block=None if own_pending else self._block_ms,
                 )
             except _store_errors() as exc:
+                group_ready = False
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning("work stream %s: the store does not answer (%s); waiting for it", self.work.stream, exc)
@@ -120,11 +153,25 @@ class StreamSource:
                 continue
             for entry_id, fields in entries:
                 item = parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
-                if own_pending and isinstance(item, Work):
-                    item = Work(item.id, item.params, resumed=True, receipt=entry_id)
-                yield item
-            if own_pending:  # the next batch of own pending entries starts after the last one read
-                own_pending = bool(entries)
+                yield self._resumed(item) if own_pending else item
+            if own_pending:
+                pending_after = entries[-1][0]
+
+    def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
+        """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's
+        (entries deleted meanwhile come back as None and are dropped)."""
+        reply = store.xautoclaim(self.work.stream, self.work.group, self.consumer, self._reclaim_after_ms,
+                                 start_id=cursor, count=self._batch)
+        claimed = [(entry_id, fields) for entry_id, fields in reply[1] if entry_id is not None]
+        if claimed:
+            log.warning("work stream %s: took over %d entries another member left pending for %.0f s or more",
+                        self.work.stream, len(claimed), self._reclaim_after_ms / 1000)
+        return reply[0], claimed
+
+    @staticmethod
+    def _resumed(item: Work | InvalidInput) -> Work | InvalidInput:
+        """An entry delivered before: it may have been sent already."""
+        return replace(item, resumed=True) if isinstance(item, Work) else item
 
 
 class StreamResults:

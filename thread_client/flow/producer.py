@@ -48,7 +48,7 @@ class Producer(ManagedThread):
         for item in self._source.read(self._stopping):
             if isinstance(item, InvalidInput):
                 reason = f"invalid input: {item.where}: {item.reason}"
-                self._queues.reject(Request(item.id, self._clock()), reason)
+                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), reason)
             elif not self._queues.submit(
                 Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt), self._stopping
             ):

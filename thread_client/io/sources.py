@@ -8,7 +8,7 @@ import math
 import random
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Iterator
 
 from .resume import ResumePoint
@@ -39,6 +39,7 @@ class InvalidInput:
     where: str
     id: str
     reason: str
+    receipt: str | None = None  # as Work's: acknowledged with the invalid_input record
 
 #: "exercise": the original load, a request then a sleep of randint(0, 21) ms (~91-95/s offered).
 #: "saturate": no sleep; the main queue stays full, to measure capacity.
@@ -139,7 +140,13 @@ class JsonLinesSource:
 
 
 def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
-    """One line read against the request format; never raises. ``where`` names it in the reason."""
+    """One line read against the request format; never raises. ``where`` names it in the reason;
+    ``receipt`` goes with the result, valid or not."""
+    item = _read_request(raw, where)
+    return replace(item, receipt=receipt) if receipt is not None else item
+
+
+def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     try:
         value = json.loads(raw)
     except ValueError:
@@ -166,4 +173,4 @@ def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work
             as_text[name] = str(scalar)
         else:
             return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
-    return Work(request_id, as_text, receipt=receipt)
+    return Work(request_id, as_text)

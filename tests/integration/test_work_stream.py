@@ -1,0 +1,78 @@
+"""Work through a Valkey stream: ``submit`` validates and deduplicates, a daemon reads through the consumer group,
+each final record lands in the results stream with its entry acknowledged, and a dead member's entries are taken over."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+from conftest import ROOT, wait_for
+
+
+def submit(valkey, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    return subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", f"{valkey.url}?stream=work",
+                           str(source)], capture_output=True, text=True, timeout=30, cwd=ROOT)
+
+
+def results(store) -> dict[str, list[dict]]:
+    by_id: dict[str, list[dict]] = {}
+    for _, fields in store.xrange("work:results"):
+        by_id.setdefault(fields["id"], []).append(json.loads(fields["record"]))
+    return by_id
+
+
+def requests(first: int, last: int) -> list[str]:
+    return [json.dumps({"id": f"w-{n}", "params": {"amount": n}}) for n in range(first, last + 1)]
+
+
+def test_submit_refuses_bad_lines_and_skips_ids_seen_before(valkey, tmp_path):
+    first = submit(valkey, tmp_path, requests(1, 30) + ["not json", json.dumps({"id": "w-3"})])
+    assert first.returncode == 1 and "refused line 31: not JSON" in first.stderr
+    assert "submitted 30 to work; 1 duplicate ids skipped; 1 lines refused" in first.stdout
+    again = submit(valkey, tmp_path, requests(25, 40))
+    assert again.returncode == 0 and "submitted 10 to work; 6 duplicate ids skipped" in again.stdout
+    assert valkey.client().xlen("work") == 40
+
+
+def test_a_daemon_works_the_stream_with_one_acknowledged_record_per_entry(valkey, fast_server, client_process,
+                                                                           tmp_path):
+    submit(valkey, tmp_path, requests(1, 120))
+    store = valkey.client()
+    client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g",
+                            "--member", "one")
+    wait_for(lambda: len(results(store)) == 120)
+    submit(valkey, tmp_path, requests(121, 150))
+    store.xadd("work", {"request": json.dumps({"id": "bad", "params": {"nonce": 1}})})  # past submit's checks
+    wait_for(lambda: len(results(store)) == 151)
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    by_id = results(store)
+    assert all(len(records) == 1 for records in by_id.values())
+    assert {r[0]["outcome"] for i, r in by_id.items() if i != "bad"} == {"accepted"}
+    assert by_id["bad"][0]["outcome"] == "invalid_input" and store.xlen("work:dead") == 1
+    assert store.xpending("work", "g")["pending"] == 0  # every entry acknowledged with its record
+    assert set(fast_server.accepted()) == {f"w-{n}" for n in range(1, 151)}
+    status = subprocess.run([sys.executable, "-m", "thread_client", "status", "--redis",
+                             f"{valkey.url}?stream=work&group=g"], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert status.returncode == 0, status.stderr
+    assert "group g: lag 0, pending 0" in status.stdout and "151 in the last minute" in status.stdout
+
+
+def test_entries_a_dead_member_left_pending_are_taken_over(valkey, fast_server, client_process, tmp_path):
+    submit(valkey, tmp_path, requests(1, 40))
+    store = valkey.client()
+    store.xgroup_create("work", "g", id="0")
+    store.xreadgroup("g", "dead-member", {"work": ">"}, count=15)  # read, never acknowledged: it "died"
+    client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g&reclaim=1",
+                            "--member", "alive")
+    wait_for(lambda: len(results(store)) == 40)
+    client.send_signal(signal.SIGTERM)
+    client.communicate(timeout=30)
+    by_id = results(store)
+    assert sum(r[0]["resumed_after_crash"] for r in by_id.values()) == 15
+    assert store.xpending("work", "g")["pending"] == 0

@@ -1,0 +1,86 @@
+"""``thread-client submit`` and ``thread-client status``: put work into the shared store, and see how it goes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import IO
+
+from ..errors import ConfigError
+from .address import StoreAddress
+from .keyspace import Keyspace
+from .streams import WorkStream, submit_lines
+
+__all__ = ["status_main", "submit_main"]
+
+_STORE_HELP = "the work stream: redis://HOST:PORT/DB?stream=NAME[&group=NAME]"
+
+
+def submit_main(argv: list[str], prog: str) -> int:
+    """Validate a JSON-lines file (or standard input) and append its requests to the work stream.
+    Exit 0 if every line went in or was a duplicate, 1 if some lines were refused, 2 on a bad setting."""
+    parser = argparse.ArgumentParser(prog=f"{prog} submit", description=submit_main.__doc__.splitlines()[0])
+    parser.add_argument("--to", required=True, metavar="URL", help=_STORE_HELP)
+    parser.add_argument("--remember-ids-days", type=float, default=7.0,
+                        help="an id submitted again within this many days is a duplicate (default %(default)s)")
+    parser.add_argument("input", metavar="FILE|-", help="JSON lines of {\"id\": ..., \"params\": {...}}")
+    args = parser.parse_args(argv)
+    try:
+        work = WorkStream(StoreAddress.parse(args.to, flag="--to"), flag="--to")
+        store = work.address.connect()
+    except ConfigError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    lines: IO[bytes] = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
+    try:
+        added, duplicates, refused = submit_lines(store, work, lines, remember_ids=args.remember_ids_days * 86_400)
+    finally:
+        if lines is not sys.stdin.buffer:
+            lines.close()
+        store.close()
+    for item in refused:
+        print(f"{parser.prog}: refused {item.where}: {item.reason}", file=sys.stderr)
+    print(f"submitted {added} to {work.stream}; {duplicates} duplicate ids skipped; {len(refused)} lines refused")
+    return 1 if refused else 0
+
+
+def status_main(argv: list[str], prog: str) -> int:
+    """Print the members, who owns which key, the work stream's lag and pending entries, and results per minute."""
+    parser = argparse.ArgumentParser(prog=f"{prog} status", description=status_main.__doc__)
+    parser.add_argument("--redis", required=True, metavar="URL", help=_STORE_HELP)
+    args = parser.parse_args(argv)
+    try:
+        work = WorkStream(StoreAddress.parse(args.redis, flag="--redis"), flag="--redis")
+        store = work.address.connect()
+    except ConfigError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    with store:
+        print("\n".join(status_lines(store, work, Keyspace())))
+    return 0
+
+
+def status_lines(store, work: WorkStream, keyspace: Keyspace) -> list[str]:
+    """The status report, line by line."""
+    seconds, micros = store.time()
+    now_ms = seconds * 1000 + micros // 1000
+    members = store.zrange(keyspace.members, 0, -1, withscores=True)
+    lines = [f"members ({len(members)}):"]
+    lines += [f"  {member}  heartbeat good for {(expiry - now_ms) / 1000:.1f} s" for member, expiry in members]
+    names = store.hgetall(keyspace.key_names)
+    lines.append(f"keys ({len(names)}):")
+    for key_id, masked in sorted(names.items(), key=lambda item: item[1]):
+        key = keyspace.of_id(key_id)
+        token, fence = store.get(key.lease), store.get(key.fence)
+        owner = token.rsplit(":", 1)[0] if token else "nobody (free)"
+        lines.append(f"  {masked}  owned by {owner}  fence {fence or 0}")
+    groups = {group["name"]: group for group in store.xinfo_groups(work.stream)} if store.exists(work.stream) else {}
+    group = groups.get(work.group)
+    if group is None:
+        lines.append(f"work stream {work.stream}: no group {work.group} yet ({store.xlen(work.stream)} entries)")
+    else:
+        lines.append(f"work stream {work.stream}, group {work.group}: lag {group.get('lag')}, "
+                     f"pending {group['pending']}, consumers {group['consumers']}")
+    last_minute = store.xrange(work.results, min=f"{now_ms - 60_000}", max="+")
+    dead = store.xlen(work.dead) if store.exists(work.dead) else 0
+    lines.append(f"results stream {work.results}: {len(last_minute)} in the last minute "
+                 f"({len(last_minute) / 60:.1f}/s); dead letters {dead}")
+    return lines
