@@ -16,7 +16,8 @@ from typing import Callable
 from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
-from .cluster.streams import StreamResults, StreamSource
+from .cluster.leased_keys import LeasedKeyPool
+from .cluster.streams import HeldEntries, StreamResults, StreamSource
 from .config import DEFAULT_URL, DELIVERIES, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
@@ -122,7 +123,10 @@ def _parser() -> argparse.ArgumentParser:
         '{"id": "...", "params": {...}} objects, - for standard input, or a work stream shared by several '
         "daemons, redis://HOST:PORT/DB?stream=NAME&group=NAME (default %(default)s)")
     add("--member", metavar="NAME",
-        help="this daemon's name in the work stream's consumer group (default HOST-PID)")
+        help="with a redis:// --source: this daemon's name among the members (default HOST-PID)")
+    add("--lease-ttl-ms", type=_bounded(float, 100, 600_000, "ms"), default=3000,
+        help="with a redis:// --source: a key's lease lasts this long unrenewed; a member that dies loses its "
+        "keys after at most this, and they are taken over a window and an HTTP timeout later (default %(default)s)")
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
     add("--params-in", choices=PARAMS_IN, default="query",
         help="send a request's params in the query string or as a form body (default %(default)s)")
@@ -177,6 +181,7 @@ def build_config(argv: list[str] | None = None) -> Config:
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
             http_timeout=args.http_timeout_ms / 1000,
+            lease_ttl=args.lease_ttl_ms / 1000,
             **{name: getattr(args, name) for name in _SAME_AS_CONFIG},
         )
     except ConfigError as exc:
@@ -205,10 +210,16 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     # Exactly-once: the order gate opens only on a definite answer (one send in flight per key).
     order_latency = math.inf if config.exactly_once else config.order_latency
-    keys = KeyPool.local(
-        config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=order_latency,
-        unanswered_hold=config.http_timeout, clock=clock,
-    )
+    if config.from_stream:  # several daemons share the keys: each is driven only under its lease in the store
+        keys: KeyPool = LeasedKeyPool(
+            config.work_stream.address, config.keys, config.member, rate=config.rate, window=config.window,
+            order_latency=order_latency, unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
+        )
+    else:
+        keys = KeyPool.local(
+            config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
+            order_latency=order_latency, unanswered_hold=config.http_timeout, clock=clock,
+        )
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
     # exactly-once, the last send of each key is settled first with its journaled nonce.
@@ -218,8 +229,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     if config.from_stream:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
         work = config.work_stream
-        source: RequestSource = StreamSource(work, config.member)
-        results = StreamResults(work, max_body_bytes=config.max_body_bytes)
+        held = HeldEntries()
+        source: RequestSource = StreamSource(work, config.member, held)
+        results = StreamResults(work, config.member, held, max_body_bytes=config.max_body_bytes)
     elif config.source == "generate":
         source = SyntheticSource(config.load)
     else:

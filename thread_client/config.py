@@ -54,6 +54,7 @@ class Config:
     load: str = "exercise"
     source: str = "generate"  # or a JSON-lines file, "-" for standard input, or a work stream (redis://...)
     member: str = ""  # this daemon's name in a work stream's consumer group (default: host-pid)
+    lease_ttl: float = 3.0  # with a work stream: how long a key's lease lasts unrenewed
     follow: bool = False
     params_in: str = "query"
     duration: float = 0.0
@@ -83,7 +84,7 @@ class Config:
             raise ConfigError("no API keys")
         if len(set(self.keys)) != len(self.keys):
             raise ConfigError("an API key is listed twice")
-        _positive(rate=self.rate, window=self.window, ttl=self.ttl, http_timeout=self.http_timeout,
+        _positive(rate=self.rate, window=self.window, lease_ttl=self.lease_ttl, ttl=self.ttl, http_timeout=self.http_timeout,
                   outage_after=self.outage_after,
                   queue_size=self.queue_size, threads_per_key=self.threads_per_key,
                   metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)

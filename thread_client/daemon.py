@@ -156,6 +156,7 @@ class Daemon:
         client may have left stamps in the server's rings. Raises ConfigError, with nothing
         started, if the metrics port cannot be served."""
         self.keys.hold_all(self.config.window)
+        self.keys.start()
         self._started_at = self._clock()
         if self.config.metrics_port is not None:
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "KeyInUse", "LimiterClosed", "LimiterTimeout", "ThreadClientError", "TransportError"]
+__all__ = ["ConfigError", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout", "ThreadClientError", "TransportError"]
 
 
 class ThreadClientError(Exception):
@@ -47,3 +47,11 @@ class KeyInUse(ThreadClientError):
         super().__init__(f"key {key} is in use by another thread-client on this host (pid {holder}): nothing sent")
         self.key = key
         self.holder = holder
+
+
+class KeyNotHeld(ThreadClientError):
+    """Raised when this daemon does not (or no longer) hold a shared key's lease: nothing may be sent on it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the lease of {key} is not ours")
+        self.key = key

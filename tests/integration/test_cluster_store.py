@@ -9,7 +9,8 @@ from conftest import KEYS, FakeClock, wait_for
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
-from thread_client.cluster.nonce_blocks import LeaseLost, NonceBlocks
+from thread_client.cluster.nonce_blocks import NonceBlocks
+from thread_client.errors import KeyNotHeld
 
 NAMES = Keyspace("test").key(KEYS[0])
 QUIET = 2.0  # a window plus the unanswered hold
@@ -67,7 +68,7 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
     assert ahead[0] == first + 10**9
     old.release()
     new.acquire()
-    with pytest.raises(LeaseLost):
+    with pytest.raises(KeyNotHeld):
         old_blocks.reserve(1)  # a stale owner gets no more nonces
     taken_over = NonceBlocks(store, NAMES, new, size=100).reserve(1)
     assert taken_over[0] > ahead[1]

@@ -72,7 +72,12 @@ def test_nonces_fit_in_a_signed_64_bit_integer():
 def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
     marks: list[int] = []
     wall = [1_000_000]
-    nonces = NonceGenerator(clock=lambda: wall[0], record_mark=marks.append, block=100)
+
+    def reserve(wanted: int) -> tuple[int, int]:
+        marks.append(wanted + 100)
+        return wanted, wanted + 100
+
+    nonces = NonceGenerator(clock=lambda: wall[0], reserve=reserve)
     first = nonces.next()
     assert marks == [first + 100]
     for _ in range(99):
@@ -83,15 +88,21 @@ def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
     assert marks[-1] == beyond + 100 and len(marks) == 2
 
 
+def test_a_block_reserved_above_the_clock_moves_the_nonces_up_to_it():
+    blocks = iter([(5_000, 5_009), (9_000, 9_009)])  # as the shared store grants them: above its TIME and every owner
+    nonces = NonceGenerator(clock=lambda: 100, reserve=lambda wanted: next(blocks))
+    assert [nonces.next() for _ in range(11)] == [*range(5_000, 5_010), 9_000]
+
+
 def test_a_restart_starts_above_the_mark_even_with_the_clock_an_hour_back(tmp_path):
     state = KeyState(tmp_path, KEY, "UT4N...JYA6")
     hour = 3_600_000_000
     now = 1_800_000_000_000_000
-    before = NonceGenerator(clock=lambda: now, record_mark=state.write_mark)
+    before = NonceGenerator(clock=lambda: now, reserve=state.reserve)
     before.skip_ahead(5 * hour)  # far ahead of the wall clock, as after many invalid nonces
     used = [before.next() for _ in range(50)]
     # Killed here: no clean shutdown, only what reached the disk. The clock is set back an hour.
-    again = NonceGenerator(clock=lambda: now - hour, start_above=state.read_mark(), record_mark=state.write_mark)
+    again = NonceGenerator(clock=lambda: now - hour, start_above=state.read_mark(), reserve=state.reserve)
     assert again.next() > max(used)
 
 

@@ -95,15 +95,18 @@ class KeyLease:
         self._renew = store.register_script(_RENEW)
         self._release = store.register_script(_RELEASE)
         # Written by the keeper, read by workers: a float swap is atomic, and a stale read can only be older.
+        self._send_from = math.inf  # the end of the quiet period after an acquisition
         self._send_before = -math.inf
         self.fence: int | None = None
+        self.handing_over = False  # still ours, but no new send: its last answers are awaited before the release
 
     def __repr__(self) -> str:
         return f"<KeyLease {self._names.lease} fence={self.fence} held={self.may_send()}>"
 
     def may_send(self) -> bool:
-        """Whether a send may leave now: the lease is held and its end (less the margin) not reached."""
-        return self._clock() < self._send_before
+        """Whether a send may leave now: the lease is held, its quiet period over, it is not being handed
+        over, and its end (less the margin) is not reached."""
+        return not self.handing_over and self._send_from <= self._clock() < self._send_before
 
     @property
     def held(self) -> bool:
@@ -117,9 +120,11 @@ class KeyLease:
         if reply is None:
             return None
         fence, ended_ms, now_ms = (int(value) for value in reply)
-        self.fence = fence
+        quiet_for = max(0.0, (ended_ms - now_ms) / 1000 + self._quiet)
+        self.fence, self.handing_over = fence, False
+        self._send_from = self._clock() + quiet_for  # counted from the reply: later than the store's now, so safe
         self._send_before = asked_at + self._ttl - self._margin
-        return LeaseGrant(fence, max(0.0, (ended_ms - now_ms) / 1000 + self._quiet))
+        return LeaseGrant(fence, quiet_for)
 
     def renew(self) -> bool:
         """Extend the lease; False (and no further send) if it is no longer ours."""
@@ -134,6 +139,7 @@ class KeyLease:
         """Stop sending at once (a renewal failed or the store cannot be reached)."""
         self._send_before = -math.inf
         self.fence = None
+        self.handing_over = False
 
     def release(self) -> None:
         """Give the lease up (after the key's last answer), so the next owner's quiet period starts now."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import KeyNotHeld
 from .keyspace import KeyNames
 from .leases import KeyLease
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["LeaseLost", "NonceBlocks"]
+__all__ = ["NonceBlocks"]
 
 _RESERVE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
@@ -28,10 +29,6 @@ local mark = start + tonumber(ARGV[3]) - 1
 redis.call('SET', KEYS[2], string.format('%.0f', mark))
 return {string.format('%.0f', start), string.format('%.0f', mark)}
 """
-
-
-class LeaseLost(Exception):
-    """Raised when a nonce block is asked for by a member that no longer holds the key's lease."""
 
 
 class NonceBlocks:
@@ -46,10 +43,15 @@ class NonceBlocks:
         self._reserve = store.register_script(_RESERVE)
 
     def reserve(self, wanted: int) -> tuple[int, int]:
-        """A block (first, last) with ``first >= wanted``; LeaseLost if the lease is not ours."""
-        reply = self._reserve(keys=[self._names.lease, self._names.nonce_mark],
-                              args=[self._lease.token, wanted, self._size])
+        """A block (first, last) with ``first >= wanted``; KeyNotHeld if the lease is not ours, or the
+        store cannot say so right now."""
+        import redis
+        try:
+            reply = self._reserve(keys=[self._names.lease, self._names.nonce_mark],
+                                  args=[self._lease.token, wanted, self._size])
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise KeyNotHeld(self._names.lease) from None
         if reply is None:
-            raise LeaseLost(self._names.lease)
+            raise KeyNotHeld(self._names.lease)
         first, last = (int(value) for value in reply)
         return first, last

@@ -1,9 +1,9 @@
 """Work in and results out through Valkey streams: a consumer group feeds the daemons, and each request's final
-record is appended to a results stream in the same transaction that acknowledges its work entry.
+record is appended to a results stream in the same script that acknowledges its work entry.
 
 In Redis Cluster the work, results and dead-letter streams must share one hash tag
-(``stream={orders}`` gives ``{orders}:results`` and ``{orders}:dead``), since that
-transaction and ``submit``'s script touch them together.
+(``stream={orders}`` gives ``{orders}:results`` and ``{orders}:dead``), since the
+results script and ``submit``'s touch them together.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .address import StoreAddress
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["DEAD_LETTER_OUTCOMES", "StreamResults", "StreamSource", "WorkStream", "submit_lines"]
+__all__ = ["DEAD_LETTER_OUTCOMES", "HeldEntries", "StreamResults", "StreamSource", "WorkStream", "submit_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,40 @@ class WorkStream:
                 raise
 
 
+class HeldEntries:
+    """The work entries this daemon has taken in and not yet acknowledged, shared by the source (which
+    adds them, and skips one it holds already) and the results sink (which drops them once acknowledged).
+
+    ``XAUTOCLAIM`` cannot leave out the caller's own entries: without this set, an entry that waited
+    in this daemon's queue past the reclaim time would be taken in a second time. At most a queue's
+    worth plus the requests in flight and waiting out a backoff.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ids)
+
+    def take(self, entry_id: str) -> bool:
+        """Hold ``entry_id``; False if it is held already."""
+        with self._lock:
+            if entry_id in self._ids:
+                return False
+            self._ids.add(entry_id)
+            return True
+
+    def done(self, entry_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._ids.difference_update(entry_ids)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._ids)
+
+
 class StreamSource:
     """Requests from a work stream through its consumer group, as ``consumer``.
 
@@ -90,11 +124,12 @@ class StreamSource:
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, *, batch: int = 10, block: float = 0.25,
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, batch: int = 10, block: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.work = work
         self.consumer = consumer
+        self.held = held
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
         self._block = block
@@ -116,20 +151,24 @@ class StreamSource:
         # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
         own_pending, pending_after = True, "0"
         down_since: float | None = None
-        cursor, next_reclaim = "0-0", self._clock()
+        cursor, next_reclaim, next_touch = "0-0", self._clock(), self._clock()
         group_ready = False  # made sure of at the start and after the store was away
         while not stop.is_set():
             try:
                 if not group_ready:
                     self.work.ensure_group(store)
                     group_ready = True
+                if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
+                    self._touch_held(store)
+                    next_touch = self._clock() + self._reclaim_every
                 if not own_pending and self._clock() >= next_reclaim:
                     cursor, claimed = self._reclaim(store, cursor)
                     if cursor == "0-0":  # the scan went round the whole pending list: rest a while
                         next_reclaim = self._clock() + self._reclaim_every
                     for entry_id, fields in claimed:
-                        yield self._resumed(parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}",
-                                                       receipt=entry_id))
+                        if self.held.take(entry_id):
+                            yield self._resumed(parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}",
+                                                           receipt=entry_id))
                     if claimed:
                         continue
                 reply = store.xreadgroup(
@@ -152,10 +191,19 @@ class StreamSource:
                 own_pending = False
                 continue
             for entry_id, fields in entries:
+                if not self.held.take(entry_id):
+                    continue
                 item = parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
                 yield self._resumed(item) if own_pending else item
             if own_pending:
                 pending_after = entries[-1][0]
+
+    def _touch_held(self, store: "redis.Redis") -> None:
+        """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
+        other member takes over an entry that only waits in this daemon's queue."""
+        held = self.held.snapshot()
+        for start in range(0, len(held), 500):
+            store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
 
     def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
         """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's
@@ -174,21 +222,55 @@ class StreamSource:
         return replace(item, resumed=True) if isinstance(item, Work) else item
 
 
+# KEYS: the work stream, the results stream, the dead-letter stream. ARGV[1], ARGV[2]: the group and this
+# consumer; then (entry id, record, dead letter 1|0) per record. A record is written, and its entry
+# acknowledged, only if the entry is still pending with this consumer; returns the entry ids that are not.
+_WRITE_RESULTS = """
+local taken_over = {}
+for i = 3, #ARGV, 3 do
+  local entry, record = ARGV[i], ARGV[i + 1]
+  local mine = entry == ''
+  if not mine then
+    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+    mine = pending[1] ~= nil and pending[1][2] == ARGV[2]
+  end
+  if mine then
+    local decoded = cjson.decode(record)
+    redis.call('XADD', KEYS[2], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
+    if ARGV[i + 2] == '1' then
+      redis.call('XADD', KEYS[3], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
+    end
+    if entry ~= '' then redis.call('XACK', KEYS[1], ARGV[1], entry) end
+  else
+    taken_over[#taken_over + 1] = entry
+  end
+end
+return taken_over
+"""
+
+
 class StreamResults:
     """Final records into the results stream (and the dead letters into theirs), each in one
-    transaction with the acknowledgement of its work entry, so a record is never written without
-    its entry leaving the pending list, nor the other way round.
+    script with the acknowledgement of its work entry, so a record is never written without its
+    entry leaving the pending list, nor the other way round; and only while the entry is still
+    this consumer's (``consumer``): one another member took over is that member's to record.
 
-    ``record`` only queues: a writer thread sends what has gathered as one ``MULTI``/``EXEC``, so
-    the store costs well under one round trip per request. If the store does not answer, the
-    records wait in memory (bounded by the work this daemon holds) and are sent when it is back.
+    ``record`` only queues: a writer thread sends what has gathered as one script call, so the
+    store costs well under one round trip per request. If the store does not answer, the records
+    wait in memory (bounded by the work this daemon holds) and are sent when it is back.
     """
 
-    def __init__(self, work: WorkStream, *, max_body_bytes: int = 4096, flush_every: float = 0.05) -> None:
+    def __init__(
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, max_body_bytes: int = 4096,
+        flush_every: float = 0.05,
+    ) -> None:
         self.work = work
+        self.consumer = consumer
+        self._held = held
         self._max_body = max_body_bytes
         self._flush_every = flush_every
         self._store = work.address.connect()
+        self._write_script = self._store.register_script(_WRITE_RESULTS)
         # Guards _waiting and _closed; `_more` wakes the writer.
         self._lock = threading.Lock()
         self._more = threading.Condition(self._lock)
@@ -220,6 +302,7 @@ class StreamResults:
             if batch:
                 try:
                     self._write(batch)
+                    self._held.done(receipt for _, receipt in batch if receipt is not None)
                     if down_since is not None:
                         log.warning("results stream %s: written again after %.1f s", self.work.results,
                                     time.monotonic() - down_since)
@@ -239,16 +322,15 @@ class StreamResults:
                 return
             time.sleep(self._flush_every)  # let the next batch gather
 
-    def _write(self, batch: Iterable[tuple[dict, str | None]]) -> None:
-        transaction = self._store.pipeline(transaction=True)
+    def _write(self, batch: list[tuple[dict, str | None]]) -> None:
+        args = [self.work.group, self.consumer]
         for record, receipt in batch:
-            fields = {"id": record["id"], "outcome": record["outcome"], "record": json.dumps(record)}
-            transaction.xadd(self.work.results, fields)
-            if record["outcome"] in DEAD_LETTER_OUTCOMES:
-                transaction.xadd(self.work.dead, fields)
-            if receipt is not None:
-                transaction.xack(self.work.stream, self.work.group, receipt)
-        transaction.execute()
+            args += [receipt or "", json.dumps(record), "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"]
+        taken_over = self._write_script(keys=[self.work.stream, self.work.results, self.work.dead], args=args)
+        if taken_over:
+            log.warning("results stream %s: %d entries were taken over by another member meanwhile; their "
+                        "records are that member's to write: %s", self.work.results, len(taken_over),
+                        ", ".join(taken_over[:5]))
 
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
         """Nothing to report: a store that does not answer is waited for, its records kept meanwhile."""

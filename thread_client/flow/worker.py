@@ -7,7 +7,7 @@ import threading
 from typing import Callable
 
 from ..clock import Clock, monotonic
-from ..errors import LimiterClosed, LimiterTimeout, TransportError
+from ..errors import KeyNotHeld, LimiterClosed, LimiterTimeout, TransportError
 from ..io.resume import SendJournal
 from ..io.transport import Transport
 from ..limits.keys import ApiKey
@@ -86,6 +86,9 @@ class Worker(ManagedThread):
                 self._holding = request
                 self._settle_earlier_send(request, nonce)
             while not self._stopping.is_set() and self.key.retired_because is None:
+                if not self.key.may_send():  # a shared key this daemon does not hold now: take no work for it
+                    self._stopping.wait(self._poll)
+                    continue
                 if not self._outage.may_take(self.key.name, self._poll):
                     continue
                 request = self._queues.take(self._poll)
@@ -108,6 +111,11 @@ class Worker(ManagedThread):
     def _handle(self, request: Request) -> None:
         permit = self._acquire(request)
         if permit is None:
+            return
+        if not self.key.may_send():  # the lease ran out (or is being handed over) while the permit was awaited
+            self.key.limiter.cancel(permit)
+            self._queues.hand_back(request)
+            self._holding = None
             return
         nonce, sent_at = permit.nonce, self._clock()
         reading, retry_after = self._exchange(permit, nonce, request, resend=False)
@@ -230,8 +238,8 @@ class Worker(ManagedThread):
             self._metrics.record_attempt(self.key.name, Outcome.EXPIRED)
             expired = Reading(Outcome.EXPIRED)
             self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))
-        except LimiterClosed:
-            # Key retired or shutting down: another key takes it, or the shutdown drain buries it.
+        except (LimiterClosed, KeyNotHeld):
+            # Key retired, shutting down, or its lease lost: another key takes it, or the shutdown drain buries it.
             self._queues.hand_back(request)
             self._holding = None
         return None

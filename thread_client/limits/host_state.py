@@ -15,8 +15,12 @@ import os
 from pathlib import Path
 
 from ..errors import KeyInUse
+from .nonces import INT64_MAX
 
-__all__ = ["KeyState"]
+__all__ = ["MARK_BLOCK", "KeyState"]
+
+#: How far ahead a durable mark is written: 10 s of microseconds, so one write per key every 10 s.
+MARK_BLOCK = 10_000_000
 
 
 class KeyState:
@@ -59,6 +63,12 @@ class KeyState:
             return int(self._mark_path.read_text().strip() or 0)
         except FileNotFoundError:
             return 0
+
+    def reserve(self, wanted: int) -> tuple[int, int]:
+        """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""
+        mark = min(wanted + MARK_BLOCK, INT64_MAX)
+        self.write_mark(mark)
+        return wanted, mark
 
     def write_mark(self, mark: int) -> None:
         """Record ``mark`` durably before any nonce up to it is used: a temporary file, fsync, then an

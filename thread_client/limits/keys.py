@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..clock import Clock, monotonic
 from .host_state import KeyState
@@ -22,10 +22,14 @@ class ApiKey:
     """Shared by the worker threads of one key. Retiring is final and closes the limiter,
     which wakes every worker waiting on it."""
 
-    def __init__(self, secret: str, limiter: ThreadSafeRateLimiter) -> None:
+    def __init__(
+        self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True
+    ) -> None:
         self.secret = secret
         self.name = mask(secret)
         self.limiter = limiter
+        # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
+        self.may_send = may_send
         # Guards _retired_because; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
@@ -93,7 +97,7 @@ class KeyPool:
                 state = KeyState(state_dir, secret, mask(secret))
                 state.lock()
                 states.append(state)
-                nonces = NonceGenerator(start_above=state.read_mark(), record_mark=state.write_mark)
+                nonces = NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 limiter = ThreadSafeRateLimiter(
                     rate, name=mask(secret), window=window, order_latency=order_latency,
                     unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
@@ -121,6 +125,9 @@ class KeyPool:
     @property
     def all_retired(self) -> bool:
         return all(key.retired_because is not None for key in self._keys)
+
+    def start(self) -> None:
+        """Begin whatever keeps the keys usable (nothing for keys of this process alone)."""
 
     def hold_all(self, seconds: float) -> None:
         for key in self._keys:

@@ -134,13 +134,15 @@ class ThreadSafeRateLimiter:
         return max(0.0, max(earliest_slot, self._held_until) - now)
 
     def _take(self, now: float, resend_of: Permit | None) -> Permit:
+        # The nonce first: if no block can be reserved for it (the key's lease is gone), nothing is taken.
+        nonce = resend_of.nonce if resend_of is not None else self.nonces.next()
         slot = self._free_at.index(min(self._free_at))
         self._free_at[slot] = _IN_FLIGHT
         if resend_of is not None:
-            return Permit(slot, resend_of.nonce, now, resend_of.sequence, resend=True)
+            return Permit(slot, nonce, now, resend_of.sequence, resend=True)
         self._order_open_at = now + self._order_latency
         self._sequence += 1
-        return Permit(slot, self.nonces.next(), now, self._sequence)
+        return Permit(slot, nonce, now, self._sequence)
 
     # -- public API ----------------------------------------------------------
 

@@ -1,49 +1,46 @@
 """Per-key nonces: wall-clock microseconds, pushed up by one whenever the clock has not moved on, and
-never below a durable mark a previous run left."""
+never outside a block reserved first (a durable mark on this host, or a block in the shared store)."""
 
 from __future__ import annotations
 
 import threading
 
+from typing import Callable
+
 from ..clock import WallMicros, wall_micros
 
-__all__ = ["INT64_MAX", "MARK_BLOCK", "NonceGenerator"]
+__all__ = ["INT64_MAX", "NonceGenerator", "Reserve"]
 
 INT64_MAX = 2**63 - 1
-#: How far ahead a durable mark is written: 10 s of microseconds, so one write per key every 10 s.
-MARK_BLOCK = 10_000_000
+#: Called with the nonce about to be used once it passes the reserved block; returns the next block
+#: (first, last), ``first`` at or above the one asked for, made safe (durable, or held in the store)
+#: before it returns. May raise: then no nonce is handed out.
+Reserve = Callable[[int], tuple[int, int]]
 
 
 class NonceGenerator:
     """Strictly increasing nonces for one key, safe to call from many threads.
 
     Nonces follow the wall clock, and ``max(last + 1, now)`` survives the clock
-    stepping back within a run. Across runs the wall clock is not enough (the
-    skip-ahead after an invalid nonce runs ahead of it, and clocks get set back),
-    so with ``record_mark`` every nonce is covered by a durable high-water mark
-    before it is handed out: when a nonce passes the mark, a new mark ``block``
-    further on is recorded first. A crash can then only skip nonces, never reuse
-    one; the next run starts above the mark (``start_above``).
+    stepping back within a run. Across runs (and processes) the wall clock is not
+    enough: the skip-ahead after an invalid nonce runs ahead of it, clocks get set
+    back, hosts disagree. So with ``reserve`` every nonce lies in a block reserved
+    before it is handed out: when a nonce passes the block, the next block is
+    reserved first. A crash can then only skip nonces, never reuse one; the next
+    run (or owner) starts above every block reserved (``start_above`` for a mark
+    read back on this host).
     """
 
-    def __init__(
-        self,
-        clock: WallMicros = wall_micros,
-        *,
-        start_above: int = 0,
-        record_mark: Callable[[int], None] | None = None,
-        block: int = MARK_BLOCK,
-    ) -> None:
-        if start_above < 0 or block < 1:
-            raise ValueError("start_above must not be negative and block must be positive")
+    def __init__(self, clock: WallMicros = wall_micros, *, start_above: int = 0, reserve: Reserve | None = None) -> None:
+        if start_above < 0:
+            raise ValueError("start_above must not be negative")
         self._clock = clock
-        self._record_mark = record_mark
-        self._block = block
-        # Guards _last and _marked. Held for the arithmetic and, once per block, for recording the
-        # mark: that write must finish before any nonce it covers leaves.
+        self._reserve = reserve
+        # Guards _last and _reserved_to. Held for the arithmetic and, once per block, for reserving the
+        # next block: that must finish before any nonce in it leaves.
         self._lock = threading.Lock()
         self._last = start_above
-        self._marked = start_above
+        self._reserved_to = start_above
 
     def __repr__(self) -> str:
         return f"<NonceGenerator last={self._last}>"
@@ -58,10 +55,9 @@ class NonceGenerator:
             nonce = max(self._last + 1, self._clock())
             if nonce > INT64_MAX:
                 raise OverflowError("nonce would not fit in a signed 64-bit integer")
-            if self._record_mark is not None and nonce > self._marked:
-                mark = min(nonce + self._block, INT64_MAX)
-                self._record_mark(mark)
-                self._marked = mark
+            if self._reserve is not None and nonce > self._reserved_to:
+                first, self._reserved_to = self._reserve(nonce)
+                nonce = max(nonce, first)
             self._last = nonce
             return nonce
 

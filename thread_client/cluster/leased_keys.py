@@ -1,0 +1,158 @@
+"""Keys shared by several daemons through the store: each key is driven by one member at a time, under its lease.
+
+Every member builds workers for every configured key; a worker sends only while its
+key's lease says so (``ApiKey.may_send``). A keeper thread beats the member's
+heartbeat, works out which keys this member wins over the live members
+(rendezvous hashing), takes their leases (then keeps quiet for a window plus the
+unanswered hold after the previous lease ended), renews them, and hands over
+those it no longer wins once their last answers are in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Iterable
+
+from ..clock import Clock, monotonic
+from ..limits.keys import ApiKey, KeyPool, mask
+from ..limits.limiter import ThreadSafeRateLimiter
+from ..limits.nonces import NonceGenerator
+from .address import StoreAddress
+from .keyspace import Keyspace, key_id
+from .leases import KeyLease
+from .members import Membership
+from .nonce_blocks import NonceBlocks
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["LeasedKeyPool"]
+
+log = logging.getLogger(__name__)
+
+
+class LeasedKeyPool(KeyPool):
+    """The configured keys, each usable only under its lease in the store at ``address``.
+
+    ``lease_ttl``: how long a lease (and a heartbeat) lasts unrenewed; renewed every third of it.
+    A member that stops (SIGKILL, SIGSTOP, cut off from the store) loses its keys after at most
+    ``lease_ttl``, by the store's clock; by its own clock it stops sending ``margin`` earlier.
+    """
+
+    def __init__(
+        self,
+        address: StoreAddress,
+        secrets: Iterable[str],
+        member: str,
+        *,
+        rate: int,
+        window: float,
+        order_latency: float,
+        unanswered_hold: float,
+        lease_ttl: float = 3.0,
+        keyspace: Keyspace = Keyspace(),
+        clock: Clock = monotonic,
+    ) -> None:
+        self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
+        self._keyspace = keyspace
+        self.member = member
+        self._every = lease_ttl / 3
+        self._leases: dict[str, KeyLease] = {}  # key id -> lease
+        keys = []
+        for secret in secrets:
+            names = keyspace.key(secret)
+            lease = KeyLease(self._store, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
+                             margin=max(0.05, lease_ttl / 10), clock=clock)
+            nonces = NonceGenerator(reserve=NonceBlocks(self._store, names, lease).reserve)
+            limiter = ThreadSafeRateLimiter(
+                rate, name=mask(secret), window=window, order_latency=order_latency,
+                unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
+            )
+            key = ApiKey(secret, limiter, may_send=lease.may_send)
+            self._leases[key_id(secret)] = lease
+            keys.append(key)
+        super().__init__(keys)
+        self._key_of = {key_id(key.secret): key for key in keys}
+        self._membership = Membership(self._store, keyspace.members, member, ttl=lease_ttl)
+        self._stop = threading.Event()
+        self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
+        self._keeper = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
+
+    def __repr__(self) -> str:
+        return f"<LeasedKeyPool {self.member} holds {sorted(self.held())}>"
+
+    def held(self) -> dict[str, int]:
+        """Masked key name -> fence, for the keys whose lease this member holds now."""
+        return {self._key_of[kid].name: lease.fence for kid, lease in self._leases.items() if lease.fence is not None}
+
+    def start(self) -> None:
+        self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """The keeper loop: one round every third of a lease; a store that does not answer is logged once
+        (the leases then run out by this side's clock, and every send on them stops)."""
+        import redis
+        away_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                self._round()
+                if away_since is not None:
+                    log.warning("%s: the store answers again after %.1f s", self.member, time.monotonic() - away_since)
+                    away_since = None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if away_since is None:
+                    away_since = time.monotonic()
+                    log.warning("%s: the store does not answer (%s): no send on a key past its lease", self.member, exc)
+            self._stop.wait(self._every)
+
+    def _round(self) -> None:
+        members = self._membership.beat()
+        wanted = self._membership.keys_for(self._leases, members)
+        for kid, lease in self._leases.items():
+            key = self._key_of[kid]
+            if key.retired_because is not None:  # parked or refused here: let another member try it
+                wanted.discard(kid)
+            if lease.held and kid in wanted:
+                if not lease.renew():
+                    log.error("%s: lost the lease of %s (fence %s ended): no more sends on it", self.member, key.name,
+                              lease.fence)
+            elif lease.held:
+                self._hand_over(key, lease)
+            elif kid in wanted and not self._closing:
+                grant = lease.acquire()
+                if grant is not None:
+                    key.limiter.hold(grant.quiet_for)
+                    log.info("%s: took the lease of %s, fence %d; first send in %.2f s (%d members)", self.member,
+                             key.name, grant.fence, grant.quiet_for, len(members))
+
+    def _hand_over(self, key: ApiKey, lease: KeyLease) -> None:
+        """Another member wins this key now: send nothing new, and release it once its last answer is in."""
+        lease.handing_over = True
+        if key.limiter.state().in_flight:
+            lease.renew()
+            return
+        fence = lease.fence
+        lease.release()
+        log.info("%s: handed over %s (fence %s)", self.member, key.name, fence)
+
+    def close(self) -> None:
+        self._closing = True
+        super().close()
+
+    def release(self) -> None:
+        """Leave: stop the keeper, release every lease and the membership, so the others take over at once."""
+        self._stop.set()
+        if self._keeper.is_alive():
+            self._keeper.join()
+        import redis
+        try:
+            for lease in self._leases.values():
+                if lease.held:
+                    lease.release()
+            self._membership.leave()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
+        self._store.close()
