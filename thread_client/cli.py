@@ -248,6 +248,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # loss still knows which send to settle.
         journal=SendJournal(config.results, durable=config.exactly_once) if resumable else None,
         earlier_sends=resume.unsettled if resume is not None else None,
+        # A resumable file, or a work stream (its entries stay pending until their records are written).
+        keep_unsent=resumable or config.from_stream,
         keys=keys,
         transports=lambda key: Transport(
             config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in

@@ -50,7 +50,9 @@ class Daemon:
     It is given its parts: where requests come from (``source``), where buried
     requests go (``graveyard``) and every final record (``results``), the journal
     of sends a restart reads (``journal``), the sends an earlier run left unanswered, by
-    masked key name, for exactly-once to settle first (``earlier_sends``), the keys it drives (``keys``), how a
+    masked key name, for exactly-once to settle first (``earlier_sends``), whether a stop leaves
+    requests taken in but unsent to the next run instead of burying them (``keep_unsent``: the
+    source gives them again), the keys it drives (``keys``), how a
     worker reaches the exchange (``transports``) and the retry ``policy``. The command
     line builds today's defaults; a test or another deployment passes others.
 
@@ -68,6 +70,7 @@ class Daemon:
         results: ResultSink | None = None,
         journal: SendJournal | None = None,
         earlier_sends: Mapping[str, EarlierSend] | None = None,
+        keep_unsent: bool = False,
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
@@ -89,7 +92,7 @@ class Daemon:
                 output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
         self.keys = keys
         self.queues = QueueManager(
-            graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, keep_unsent=journal is not None,
+            graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, keep_unsent=keep_unsent,
             clock=clock,
         )
         self.metrics = Metrics(clock)

