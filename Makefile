@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test test-unit bench chaos soak profile diagrams
+.PHONY: help setup run-server stop-server run-client run test test-unit bench bench-cluster demo-cluster chaos soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -70,6 +70,14 @@ bench: setup  ## eight rows (saturate, exercise, tls, conn-per-request, exactly-
 
 CHAOS_SECONDS ?= 30
 
+BENCH_CLUSTER_SECONDS ?= 60
+bench-cluster: setup  ## Valkey + 3 daemons sharing 15 keys: steady accepted/s against the ceiling, time from a SIGKILL to full speed, Valkey CPU and commands per request
+	BENCH_CLUSTER_SECONDS=$(BENCH_CLUSTER_SECONDS) $(PY) -m tools.bench_cluster
+
+DEMO_SECONDS ?= 60
+demo-cluster: setup  ## Valkey + 3 daemons for DEMO_SECONDS with a live table (keys, accepted/s per member); one is killed half-way
+	DEMO_SECONDS=$(DEMO_SECONDS) $(PY) -m tools.demo_cluster
+
 chaos: setup  ## six fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, TLS, lost answers); fails on any broken invariant
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
@@ -85,7 +93,7 @@ profile: setup  ## mprof run of the client; writes img/profile_memory.png and im
 	PROFILE_SECONDS=$(PROFILE_SECONDS) $(PY) -m tools.profile_run
 
 diagrams:  ## render img/*.png from their PlantUML sources (needs plantuml: apt-get install plantuml)
-	plantuml -tpng img/lifecycle.puml img/architecture.puml
+	plantuml -tpng img/lifecycle.puml img/architecture.puml img/cluster.puml
 
 test: setup  ## the whole suite: unit tests, then integration tests against the reference server
 	$(PY) -m pytest $(PYTEST_ARGS)

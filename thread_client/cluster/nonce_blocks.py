@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import KeyNotHeld
+from ..limits.nonces import BLOCK
 from .keyspace import KeyNames
 from .leases import KeyLease
 
@@ -32,9 +33,10 @@ return {string.format('%.0f', start), string.format('%.0f', mark)}
 
 
 class NonceBlocks:
-    """Reserves blocks of ``size`` nonces for one key, while ``lease`` holds it."""
+    """Reserves blocks of ``size`` nonces for one key, while ``lease`` holds it. Nonces follow the clock in
+    microseconds, so the size is time: the default, 10 s of it, is one round trip per key every 10 s."""
 
-    def __init__(self, store: "redis.Redis", names: KeyNames, lease: KeyLease, *, size: int = 10_000) -> None:
+    def __init__(self, store: "redis.Redis", names: KeyNames, lease: KeyLease, *, size: int = BLOCK) -> None:
         if size < 1:
             raise ValueError("a block holds at least one nonce")
         self._names = names

@@ -15,12 +15,9 @@ import os
 from pathlib import Path
 
 from ..errors import KeyInUse
-from .nonces import INT64_MAX
+from .nonces import BLOCK, INT64_MAX
 
-__all__ = ["MARK_BLOCK", "KeyState"]
-
-#: How far ahead a durable mark is written: 10 s of microseconds, so one write per key every 10 s.
-MARK_BLOCK = 10_000_000
+__all__ = ["KeyState"]
 
 
 class KeyState:
@@ -66,7 +63,7 @@ class KeyState:
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""
-        mark = min(wanted + MARK_BLOCK, INT64_MAX)
+        mark = min(wanted + BLOCK, INT64_MAX)
         self.write_mark(mark)
         return wanted, mark
 

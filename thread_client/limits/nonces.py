@@ -9,9 +9,12 @@ from typing import Callable
 
 from ..clock import WallMicros, wall_micros
 
-__all__ = ["INT64_MAX", "NonceGenerator", "Reserve"]
+__all__ = ["BLOCK", "INT64_MAX", "NonceGenerator", "Reserve"]
 
 INT64_MAX = 2**63 - 1
+#: How far ahead a block reaches: 10 s of microseconds. Nonces follow the clock, so this is one
+#: reservation per key every 10 s (a durable mark on this host, or a round trip to the store).
+BLOCK = 10_000_000
 #: Called with the nonce about to be used once it passes the reserved block; returns the next block
 #: (first, last), ``first`` at or above the one asked for, made safe (durable, or held in the store)
 #: before it returns. May raise: then no nonce is handed out.
