@@ -17,7 +17,7 @@ from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
 from .cluster.leased_keys import LeasedKeyPool
-from .cluster.streams import HeldEntries, StreamResults, StreamSource
+from .cluster.streams import HeldEntries, StreamJournal, StreamResults, StreamSource
 from .config import DEFAULT_URL, DELIVERIES, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
@@ -25,7 +25,7 @@ from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
 from .flow.producer import RequestSource
 from .io.results import Results, ResultSink
-from .io.resume import ResumePoint, SendJournal
+from .io.resume import Journal, ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import PARAMS_IN, Transport, tls_context
 from .limits.keys import KeyPool
@@ -226,27 +226,31 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     resumable = config.source != "generate" and not config.from_stream and config.results not in (None, "-")
     resume = ResumePoint(config.results, config.state_dir, settle_earlier=config.exactly_once) if resumable else None
     results: ResultSink | None = None
+    journal: Journal | None = None
     if config.from_stream:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
         work = config.work_stream
         held = HeldEntries()
-        source: RequestSource = StreamSource(work, config.member, held)
+        source: RequestSource = StreamSource(work, config.member, held, exactly_once=config.exactly_once)
         results = StreamResults(work, config.member, held, max_body_bytes=config.max_body_bytes)
-    elif config.source == "generate":
-        source = SyntheticSource(config.load)
+        journal = StreamJournal(work) if config.exactly_once else None
     else:
-        source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
-    if config.results and not config.from_stream:
-        # Exactly-once: a request's final record is on the disk before its key's next send (see the journal).
-        results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
+        if config.source == "generate":
+            source = SyntheticSource(config.load)
+        else:
+            source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
+        # Exactly-once: a send's journal line is on the disk before it leaves, and a request's final
+        # record before its key's next send, so a restart after a power loss still knows what to settle.
+        if config.results:
+            results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
+        if resumable:
+            journal = SendJournal(config.results, durable=config.exactly_once)
     return Daemon(
         config,
         source=source,
         graveyard=Graveyard(config.graveyard),
         results=results,
-        # Exactly-once: a send's journal line is on the disk before the send, so a restart after a power
-        # loss still knows which send to settle.
-        journal=SendJournal(config.results, durable=config.exactly_once) if resumable else None,
+        journal=journal,
         earlier_sends=resume.unsettled if resume is not None else None,
         # A resumable file, or a work stream (its entries stay pending until their records are written).
         keep_unsent=resumable or config.from_stream,

@@ -105,9 +105,6 @@ class Config:
             raise ConfigError("--follow tails a file: give --source PATH")
         if self.from_stream:
             self.work_stream  # noqa: B018 -- parsing it is the check
-            if self.exactly_once:
-                raise ConfigError("--delivery exactly-once with a redis:// source is not available yet: its send "
-                                  "journal has to live in the store, for whichever daemon takes the work over")
             if self.results is not None and not is_store_url(self.results):
                 raise ConfigError("with a redis:// --source the results go to a stream of the same store "
                                   "(the record and the acknowledgement of its entry are one step): drop --results "

@@ -21,7 +21,7 @@ from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
 from .io.results import ResultSink
-from .io.resume import EarlierSend, SendJournal
+from .io.resume import EarlierSend, Journal
 from .io.transport import Transport, endpoint_of
 from .limits.keys import ApiKey, KeyPool
 from .observe.metrics import Metrics
@@ -68,7 +68,7 @@ class Daemon:
         graveyard: Graveyard,
         keys: KeyPool,
         results: ResultSink | None = None,
-        journal: SendJournal | None = None,
+        journal: Journal | None = None,
         earlier_sends: Mapping[str, EarlierSend] | None = None,
         keep_unsent: bool = False,
         transports: TransportFactory,

@@ -85,7 +85,11 @@ def test_a_server_that_closes_every_connection_costs_a_reconnect_not_a_failure(s
     server = start_server("--max-latency-ms", "2", "--close-every-answer")
     result, summary = run_client(server, tmp_path, "--duration", "3")
     assert result.returncode == 0, result.stdout
-    assert summary["retries"] == 0 and set(summary["outcomes"]) <= {"accepted", "expired"}
+    assert summary["graveyard"] == 0 and set(summary["outcomes"]) <= {"accepted", "expired", "connection_reset"}
+    # Every answer closes its connection. Nearly always the close is seen before the next send and costs only
+    # a reconnect; on a loaded host it can arrive after the send, which is then sent again at once, or
+    # retried if another send on the key came between (ambiguous then): never more than a few.
+    assert summary["retries"] * 10 <= summary["accepted"]
     assert_clean_run(summary, server.stats())
 
 

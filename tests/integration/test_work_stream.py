@@ -76,3 +76,24 @@ def test_entries_a_dead_member_left_pending_are_taken_over(valkey, fast_server, 
     by_id = results(store)
     assert sum(r[0]["resumed_after_crash"] for r in by_id.values()) == 15
     assert store.xpending("work", "g")["pending"] == 0
+
+
+def test_exactly_once_records_a_taken_over_entry_that_may_have_been_sent_as_unknown(valkey, fast_server,
+                                                                                     client_process, tmp_path):
+    submit(valkey, tmp_path, requests(1, 30))
+    store = valkey.client()
+    store.xgroup_create("work", "g", id="0")
+    held = store.xreadgroup("g", "dead-member", {"work": ">"}, count=10)[0][1]
+    for entry_id, _ in held[:4]:  # the dead member had sent these four (its journal says so), not the other six
+        store.hset("work:sent", entry_id, "AAAA...ZZZZ 1700000000000000")
+    client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g&reclaim=1",
+                            "--member", "alive", "--delivery", "exactly-once")
+    wait_for(lambda: len(results(store)) == 30)
+    client.send_signal(signal.SIGTERM)
+    client.communicate(timeout=30)
+    by_id = results(store)
+    unknown = {i for i, found in by_id.items() if found[0]["outcome"] == "unknown"}
+    assert unknown == {"w-1", "w-2", "w-3", "w-4"}
+    assert "nonce 1700000000000000 on AAAA...ZZZZ" in by_id["w-1"][0]["reason"]
+    assert set(fast_server.accepted()) == {f"w-{n}" for n in range(5, 31)}  # the four were never sent again
+    assert store.hlen("work:sent") == 0 and store.xpending("work", "g")["pending"] == 0

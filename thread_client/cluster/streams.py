@@ -15,16 +15,18 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KeyNotHeld
 from ..flow.request import Request
 from ..io.results import final_record
-from ..io.sources import InvalidInput, Work, parse_line
+from ..io.sources import InvalidInput, UnknownFate, Work, parse_line
 from .address import StoreAddress
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["DEAD_LETTER_OUTCOMES", "HeldEntries", "StreamResults", "StreamSource", "WorkStream", "submit_lines"]
+__all__ = [
+    "DEAD_LETTER_OUTCOMES", "HeldEntries", "StreamJournal", "StreamResults", "StreamSource", "WorkStream", "submit_lines",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class WorkStream:
         self.group = address.option("group", "workers", flag=flag)
         self.results = address.option("results", f"{self.stream}:results", flag=flag)
         self.dead = address.option("dead", f"{self.stream}:dead", flag=flag)
+        self.sent = f"{self.stream}:sent"  # exactly-once: entry id -> "key nonce" of its send, until its record
         reclaim = address.option("reclaim", "30", flag=flag)
         try:
             self.reclaim_after = float(reclaim)  # seconds an entry stays pending before another member takes it
@@ -124,12 +127,13 @@ class StreamSource:
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, held: HeldEntries, *, batch: int = 10, block: float = 0.25,
-        clock: Callable[[], float] = time.monotonic,
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, exactly_once: bool = False, batch: int = 10,
+        block: float = 0.25, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.work = work
         self.consumer = consumer
         self.held = held
+        self._exactly_once = exactly_once
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
         self._block = block
@@ -140,14 +144,14 @@ class StreamSource:
     def __repr__(self) -> str:
         return f"<StreamSource {self.work.stream} as {self.consumer}>"
 
-    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput]:
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
         store = self.work.address.connect()
         try:
             yield from self._read(store, stop)
         finally:
             store.close()
 
-    def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput]:
+    def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
         # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
         own_pending, pending_after = True, "0"
         down_since: float | None = None
@@ -167,8 +171,8 @@ class StreamSource:
                         next_reclaim = self._clock() + self._reclaim_every
                     for entry_id, fields in claimed:
                         if self.held.take(entry_id):
-                            yield self._resumed(parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}",
-                                                           receipt=entry_id))
+                            yield self._resumed(store, parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}",
+                                                                  receipt=entry_id))
                     if claimed:
                         continue
                 reply = store.xreadgroup(
@@ -194,7 +198,7 @@ class StreamSource:
                 if not self.held.take(entry_id):
                     continue
                 item = parse_line((fields or {}).get(_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
-                yield self._resumed(item) if own_pending else item
+                yield self._resumed(store, item) if own_pending else item
             if own_pending:
                 pending_after = entries[-1][0]
 
@@ -216,13 +220,20 @@ class StreamSource:
                         self.work.stream, len(claimed), self._reclaim_after_ms / 1000)
         return reply[0], claimed
 
-    @staticmethod
-    def _resumed(item: Work | InvalidInput) -> Work | InvalidInput:
-        """An entry delivered before: it may have been sent already."""
-        return replace(item, resumed=True) if isinstance(item, Work) else item
+    def _resumed(self, store: "redis.Redis", item: Work | InvalidInput) -> Work | InvalidInput | UnknownFate:
+        """An entry delivered before: it may have been sent already. At-least-once sends it again (marked
+        resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
+        if not isinstance(item, Work):
+            return item
+        sent = store.hget(self.work.sent, item.receipt) if self._exactly_once else None
+        if sent is not None:
+            key, nonce = sent.split(" ", 1)
+            return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "
+                                        "answer was known; exactly-once does not send it again", item.receipt)
+        return replace(item, resumed=True)
 
 
-# KEYS: the work stream, the results stream, the dead-letter stream. ARGV[1], ARGV[2]: the group and this
+# KEYS: the work stream, the results stream, the dead-letter stream, the send journal. ARGV[1], ARGV[2]: the group and this
 # consumer; then (entry id, record, dead letter 1|0) per record. A record is written, and its entry
 # acknowledged, only if the entry is still pending with this consumer; returns the entry ids that are not.
 _WRITE_RESULTS = """
@@ -240,7 +251,10 @@ for i = 3, #ARGV, 3 do
     if ARGV[i + 2] == '1' then
       redis.call('XADD', KEYS[3], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
     end
-    if entry ~= '' then redis.call('XACK', KEYS[1], ARGV[1], entry) end
+    if entry ~= '' then
+      redis.call('XACK', KEYS[1], ARGV[1], entry)
+      redis.call('HDEL', KEYS[4], entry)
+    end
   else
     taken_over[#taken_over + 1] = entry
   end
@@ -326,7 +340,9 @@ class StreamResults:
         args = [self.work.group, self.consumer]
         for record, receipt in batch:
             args += [receipt or "", json.dumps(record), "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"]
-        taken_over = self._write_script(keys=[self.work.stream, self.work.results, self.work.dead], args=args)
+        taken_over = self._write_script(
+            keys=[self.work.stream, self.work.results, self.work.dead, self.work.sent], args=args
+        )
         if taken_over:
             log.warning("results stream %s: %d entries were taken over by another member meanwhile; their "
                         "records are that member's to write: %s", self.work.results, len(taken_over),
@@ -346,6 +362,35 @@ class StreamResults:
             self._closed = True
             self._more.notify()
         self._writer.join(timeout)
+        self._store.close()
+
+
+class StreamJournal:
+    """Exactly-once with a work stream: before each send, ``<stream>:sent`` maps the entry to the key and
+    nonce of that send (one ``HSET``, the only store round trip on the send path); the results script
+    deletes it with the acknowledgement. A member that takes the entry over finds it there and records
+    the request ``unknown`` instead of sending it again."""
+
+    def __init__(self, work: WorkStream) -> None:
+        self.work = work
+        self._store = work.address.connect()
+
+    def __repr__(self) -> str:
+        return f"<StreamJournal {self.work.sent}>"
+
+    def sending(self, request: Request, key: str, nonce: int) -> None:
+        try:
+            self._store.hset(self.work.sent, request.receipt or request.req_id, f"{key} {nonce}")
+        except _store_errors():
+            raise KeyNotHeld(key) from None
+
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
+        """Nothing to report: a journal line that cannot be written stops its send instead."""
+
+    def unwritten(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
         self._store.close()
 
 

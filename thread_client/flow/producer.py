@@ -6,7 +6,7 @@ import threading
 from typing import Callable, Iterator, Protocol
 
 from ..clock import Clock, monotonic
-from ..io.sources import InvalidInput, Work
+from ..io.sources import InvalidInput, UnknownFate, Work
 from ..threads import ManagedThread
 from .queues import QueueManager
 from .request import Request
@@ -17,7 +17,7 @@ __all__ = ["Producer", "RequestSource"]
 class RequestSource(Protocol):
     """Anything the producer can read requests from."""
 
-    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput]:
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
         """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is set."""
         ...
 
@@ -49,6 +49,8 @@ class Producer(ManagedThread):
             if isinstance(item, InvalidInput):
                 reason = f"invalid input: {item.where}: {item.reason}"
                 self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), reason)
+            elif isinstance(item, UnknownFate):
+                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), f"unknown: {item.reason}")
             elif not self._queues.submit(
                 Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt), self._stopping
             ):

@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..clock import Clock, monotonic
 from ..errors import KeyNotHeld, LimiterClosed, LimiterTimeout, TransportError
-from ..io.resume import SendJournal
+from ..io.resume import Journal
 from ..io.transport import Transport
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
@@ -53,7 +53,7 @@ class Worker(ManagedThread):
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
         exactly_once: bool = False,
-        journal: SendJournal | None = None,
+        journal: Journal | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         poll: float = 0.25,
@@ -118,7 +118,12 @@ class Worker(ManagedThread):
             self._holding = None
             return
         nonce, sent_at = permit.nonce, self._clock()
-        reading, retry_after = self._exchange(permit, nonce, request, resend=False)
+        try:
+            reading, retry_after = self._exchange(permit, nonce, request, resend=False)
+        except KeyNotHeld:  # the journal could not be written: nothing left, another try later
+            self._queues.hand_back(request)
+            self._holding = None
+            return
         if reading is _STALE:
             self._metrics.record_stale_connection()
             if not self._exactly_once:  # exactly-once settles it below, like any other ambiguous attempt
@@ -183,6 +188,10 @@ class Worker(ManagedThread):
                 permit = limiter.acquire(resend_of=first)
             except LimiterClosed:
                 break
+            if not self.key.may_send():  # a shared key's lease is gone: another owner's nonces may follow
+                limiter.cancel(permit)
+                return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} ended before nonce {first.nonce} "
+                                                "was settled")
             reading, _ = self._exchange(permit, first.nonce, request, resend=True)
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
@@ -248,8 +257,12 @@ class Worker(ManagedThread):
         """Send once and give the permit back as the outcome allows. Returns the reading and the
         Retry-After; ``_STALE`` for a first send over a stale connection, worth one resend."""
         limiter = self.key.limiter
-        if self._journal is not None:
-            self._journal.sending(request, self.key.name, nonce)
+        if self._journal is not None and not resend:  # a resend repeats a send already written down
+            try:
+                self._journal.sending(request, self.key.name, nonce)
+            except KeyNotHeld:
+                limiter.cancel(permit)
+                raise
         try:
             answer = self._transport.send(nonce, request.req_id, request.params)
         except TransportError as exc:

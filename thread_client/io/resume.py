@@ -7,13 +7,23 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Protocol
 
 from ..flow.request import Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
-__all__ = ["EarlierSend", "ResumePoint", "SendJournal"]
+__all__ = ["EarlierSend", "Journal", "ResumePoint", "SendJournal"]
+
+
+class Journal(Protocol):
+    """Where each send is written down before it leaves: a file next to the results, or the work
+    stream's store. ``sending`` raises KeyNotHeld if it cannot be written (then nothing is sent)."""
+
+    def sending(self, request: Request, key: str, nonce: int) -> None: ...
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
+    def unwritten(self) -> list[str]: ...
+    def close(self) -> None: ...
 
 
 class SendJournal(JsonLinesOutput):

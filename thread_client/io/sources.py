@@ -14,7 +14,7 @@ from typing import BinaryIO, Iterator
 from .resume import ResumePoint
 from .seen_ids import SeenIds
 
-__all__ = ["LOADS", "RESERVED_PARAMS", "InvalidInput", "JsonLinesSource", "SyntheticSource", "Work", "parse_line"]
+__all__ = ["LOADS", "RESERVED_PARAMS", "InvalidInput", "JsonLinesSource", "SyntheticSource", "UnknownFate", "Work", "parse_line"]
 
 #: Names the contract uses itself: a request's own parameters may not take them.
 RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
@@ -40,6 +40,16 @@ class InvalidInput:
     id: str
     reason: str
     receipt: str | None = None  # as Work's: acknowledged with the invalid_input record
+
+@dataclass(frozen=True, slots=True)
+class UnknownFate:
+    """A request an earlier holder may have sent, whose fate cannot be settled here (exactly-once never
+    sends it again): recorded ``unknown`` with ``reason``."""
+
+    id: str
+    reason: str
+    receipt: str | None = None
+
 
 #: "exercise": the original load, a request then a sleep of randint(0, 21) ms (~91-95/s offered).
 #: "saturate": no sleep; the main queue stays full, to measure capacity.
