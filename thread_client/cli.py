@@ -231,7 +231,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
         work = config.work_stream
         held = HeldEntries()
-        source: RequestSource = StreamSource(work, config.member, held, exactly_once=config.exactly_once)
+        source: RequestSource = StreamSource(work, config.member, held, lease_ttl=config.lease_ttl,
+                                             exactly_once=config.exactly_once)
         results = StreamResults(work, config.member, held, max_body_bytes=config.max_body_bytes)
         journal = StreamJournal(work) if config.exactly_once else None
     else:

@@ -12,7 +12,6 @@ import argparse
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from .harness.client_process import SUMMARY_FILE, client_command, read_summary
+from .harness.processes import free_port
 from thread_client.config import DEFAULT_KEYS
 from .plots import new_figure, save_figure
 from .harness.server_process import REPO_ROOT, ServerProcess
@@ -71,12 +71,6 @@ def bench_keys(count: int) -> tuple[str, ...]:
     if count == len(DEFAULT_KEYS):
         return DEFAULT_KEYS
     return tuple(hashlib.sha256(f"bench-key-{i}".encode()).hexdigest()[:32].upper() for i in range(count))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, object]:

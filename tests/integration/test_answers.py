@@ -8,7 +8,7 @@ import time
 
 from conftest import KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
 from thread_client.limits.keys import mask
-from tools.bench import free_port
+from tools.harness.processes import free_port
 from tools.harness.client_process import GRAVEYARD_FILE
 from tools.harness.tls import tls_setup
 
@@ -85,7 +85,8 @@ def test_a_server_that_closes_every_connection_costs_a_reconnect_not_a_failure(s
     server = start_server("--max-latency-ms", "2", "--close-every-answer")
     result, summary = run_client(server, tmp_path, "--duration", "3")
     assert result.returncode == 0, result.stdout
-    assert summary["graveyard"] == 0 and set(summary["outcomes"]) <= {"accepted", "expired", "connection_reset"}
+    assert set(summary["outcomes"]) <= {"accepted", "expired", "connection_reset"}
+    assert graveyard_reasons(tmp_path) <= {"shutdown"}  # only what waited in a queue when --duration ended
     # Every answer closes its connection. Nearly always the close is seen before the next send and costs only
     # a reconnect; on a loaded host it can arrive after the send, which is then sent again at once, or
     # retried if another send on the key came between (ambiguous then): never more than a few.

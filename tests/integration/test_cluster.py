@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, stream_records, wait_for
 from tools.harness.client_process import client_command
 from tools.harness.tcp_proxy import TcpProxy
 
@@ -64,11 +64,13 @@ def submit(valkey, tmp_path, count: int) -> None:
                     str(source)], check=True, capture_output=True, timeout=60, cwd=ROOT)
 
 
-def records(store) -> dict[str, list[dict]]:
-    by_id: dict[str, list[dict]] = {}
-    for _, fields in store.xrange("work:results"):
-        by_id.setdefault(fields["id"], []).append(json.loads(fields["record"]))
-    return by_id
+def three_members(cluster, valkey, tmp_path, count: int, *extra: str):
+    """Submit ``count`` requests, start m1, m2 and m3 on them; the store client."""
+    _, start, _ = cluster
+    submit(valkey, tmp_path, count)
+    for name in ("m1", "m2", "m3"):
+        start(name, valkey.url, *extra)
+    return valkey.client()
 
 
 def fences(tmp_path, names) -> dict[str, list[tuple[int, str]]]:
@@ -86,7 +88,7 @@ def owners(store) -> set[str]:
 
 
 def assert_one_accepted_record_each(store, count: int) -> dict[str, list[dict]]:
-    by_id = records(store)
+    by_id = stream_records(store)
     assert set(by_id) == {f"c-{n}" for n in range(1, count + 1)}
     assert all(len(found) == 1 and found[0]["outcome"] == "accepted" for found in by_id.values())
     assert store.xpending("work", "g")["pending"] == 0
@@ -111,12 +113,9 @@ def stop_all(members) -> None:
 
 
 def test_three_members_share_the_keys_and_the_work_without_a_strike(cluster, valkey, tmp_path):
-    server, start, members = cluster
-    submit(valkey, tmp_path, 1500)
-    for name in ("m1", "m2", "m3"):
-        start(name)
-    store = valkey.client()
-    wait_for(lambda: len(records(store)) == 1500, timeout=60)
+    server, _, members = cluster
+    store = three_members(cluster, valkey, tmp_path, 1500)
+    wait_for(lambda: len(stream_records(store)) == 1500, timeout=60)
     stop_all(members)
     assert_one_accepted_record_each(store, 1500)
     assert assert_no_strike(server)["duplicate_accepts"] == 0
@@ -128,15 +127,12 @@ def test_three_members_share_the_keys_and_the_work_without_a_strike(cluster, val
 
 
 def test_a_killed_member_s_keys_and_work_are_taken_over(cluster, valkey, tmp_path):
-    server, start, members = cluster
-    submit(valkey, tmp_path, 2500)
-    for name in ("m1", "m2", "m3"):
-        start(name)
-    store = valkey.client()
-    wait_for(lambda: len(records(store)) >= 500, timeout=60)
+    server, _, members = cluster
+    store = three_members(cluster, valkey, tmp_path, 2500)
+    wait_for(lambda: len(stream_records(store)) >= 500, timeout=60)
     members["m2"].kill()
     members["m2"].wait()
-    wait_for(lambda: len(records(store)) == 2500, timeout=90)
+    wait_for(lambda: len(stream_records(store)) == 2500, timeout=90)
     stop_all(members)
     by_id = assert_one_accepted_record_each(store, 2500)
     totals = assert_no_strike(server)
@@ -147,17 +143,14 @@ def test_a_killed_member_s_keys_and_work_are_taken_over(cluster, valkey, tmp_pat
 
 
 def test_exactly_once_a_killed_member_s_requests_on_the_wire_are_unknown_never_sent_twice(cluster, valkey, tmp_path):
-    server, start, members = cluster
-    submit(valkey, tmp_path, 1500)
-    for name in ("m1", "m2", "m3"):
-        start(name, valkey.url, "--delivery", "exactly-once")
-    store = valkey.client()
-    wait_for(lambda: len(records(store)) >= 300 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
+    server, _, members = cluster
+    store = three_members(cluster, valkey, tmp_path, 1500, "--delivery", "exactly-once")
+    wait_for(lambda: len(stream_records(store)) >= 300 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
     members["m2"].kill()
     members["m2"].wait()
-    wait_for(lambda: len(records(store)) == 1500, timeout=90)
+    wait_for(lambda: len(stream_records(store)) == 1500, timeout=90)
     stop_all(members)
-    by_id = records(store)
+    by_id = stream_records(store)
     assert set(by_id) == {f"c-{n}" for n in range(1, 1501)} and all(len(found) == 1 for found in by_id.values())
     unknown = {i for i, found in by_id.items() if found[0]["outcome"] == "unknown"}
     assert {found[0]["outcome"] for found in by_id.values()} <= {"accepted", "unknown"}
@@ -174,17 +167,14 @@ def test_exactly_once_a_killed_member_s_requests_on_the_wire_are_unknown_never_s
 
 
 def test_a_member_paused_past_its_leases_sends_nothing_on_them_when_it_wakes(cluster, valkey, tmp_path):
-    server, start, members = cluster
-    submit(valkey, tmp_path, 2000)
-    for name in ("m1", "m2", "m3"):
-        start(name)
-    store = valkey.client()
-    wait_for(lambda: len(records(store)) >= 400 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
+    server, _, members = cluster
+    store = three_members(cluster, valkey, tmp_path, 2000)
+    wait_for(lambda: len(stream_records(store)) >= 400 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
     members["m2"].send_signal(signal.SIGSTOP)
     wait_for(lambda: owners(store) == {"m1", "m3"} and len(owners(store)) == 2, timeout=30)
     held_by_m2 = len(fences(tmp_path, ["m2"]))
     members["m2"].send_signal(signal.SIGCONT)
-    wait_for(lambda: len(records(store)) == 2000, timeout=90)
+    wait_for(lambda: len(stream_records(store)) == 2000, timeout=90)
     stop_all(members)
     assert_one_accepted_record_each(store, 2000)
     assert "lost the lease" in (tmp_path / "m2" / "log.txt").read_text()
@@ -203,11 +193,11 @@ def test_a_member_cut_off_from_the_store_stops_sending_before_its_leases_end(clu
         start("m1")
         start("m2", store_url=f"redis://127.0.0.1:{proxy.port}/0")
         store = valkey.client()
-        wait_for(lambda: len(records(store)) >= 300 and owners(store) == {"m1", "m2"}, timeout=60)
+        wait_for(lambda: len(stream_records(store)) >= 300 and owners(store) == {"m1", "m2"}, timeout=60)
         proxy.cut()
         wait_for(lambda: owners(store) == {"m1"} and len(store.keys("tc:{k:*}:lease")) == KEY_COUNT, timeout=30)
         proxy.restore()
-        wait_for(lambda: len(records(store)) == 2000, timeout=90)
+        wait_for(lambda: len(stream_records(store)) == 2000, timeout=90)
         stop_all(members)
     assert_one_accepted_record_each(store, 2000)
     assert "lost the lease" in (tmp_path / "m2" / "log.txt").read_text()
@@ -220,9 +210,9 @@ def test_valkey_restarted_mid_run_pauses_the_members_and_loses_nothing(cluster, 
     for name in ("m1", "m2"):
         start(name)
     store = valkey.client()
-    wait_for(lambda: len(records(store)) >= 400, timeout=60)
+    wait_for(lambda: len(stream_records(store)) >= 400, timeout=60)
     valkey.restart()  # a clean stop: the append-only file has every write
-    wait_for(lambda: len(records(store)) == 2000, timeout=90)
+    wait_for(lambda: len(stream_records(store)) == 2000, timeout=90)
     stop_all(members)
     assert_one_accepted_record_each(store, 2000)
     assert_no_strike(server)
@@ -230,18 +220,15 @@ def test_valkey_restarted_mid_run_pauses_the_members_and_loses_nothing(cluster, 
 
 def test_a_rolling_restart_leaves_no_gap_longer_than_a_lease_and_a_window(cluster, valkey, tmp_path):
     server, start, members = cluster
-    submit(valkey, tmp_path, 3000)
-    for name in ("m1", "m2", "m3"):
-        start(name)
-    store = valkey.client()
-    wait_for(lambda: len(records(store)) >= 300, timeout=60)
+    store = three_members(cluster, valkey, tmp_path, 3000)
+    wait_for(lambda: len(stream_records(store)) >= 300, timeout=60)
     for name in ("m1", "m2", "m3"):
         members[name].send_signal(signal.SIGTERM)
         members[name].wait(timeout=30)
-        before = len(records(store))
+        before = len(stream_records(store))
         start(name)
-        wait_for(lambda: len(records(store)) >= before + 200, timeout=60)
-    wait_for(lambda: len(records(store)) == 3000, timeout=90)
+        wait_for(lambda: len(stream_records(store)) >= before + 200, timeout=60)
+    wait_for(lambda: len(stream_records(store)) == 3000, timeout=90)
     stop_all(members)
     by_id = assert_one_accepted_record_each(store, 3000)
     finished = sorted(found[0]["finished"] for found in by_id.values())

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, stream_records, wait_for
 
 
 def submit(valkey, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
@@ -16,13 +16,6 @@ def submit(valkey, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
     source.write_text("\n".join(lines) + "\n")
     return subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", f"{valkey.url}?stream=work",
                            str(source)], capture_output=True, text=True, timeout=30, cwd=ROOT)
-
-
-def results(store) -> dict[str, list[dict]]:
-    by_id: dict[str, list[dict]] = {}
-    for _, fields in store.xrange("work:results"):
-        by_id.setdefault(fields["id"], []).append(json.loads(fields["record"]))
-    return by_id
 
 
 def requests(first: int, last: int) -> list[str]:
@@ -44,14 +37,14 @@ def test_a_daemon_works_the_stream_with_one_acknowledged_record_per_entry(valkey
     store = valkey.client()
     client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g",
                             "--member", "one")
-    wait_for(lambda: len(results(store)) == 120)
+    wait_for(lambda: len(stream_records(store)) == 120)
     submit(valkey, tmp_path, requests(121, 150))
     store.xadd("work", {"request": json.dumps({"id": "bad", "params": {"nonce": 1}})})  # past submit's checks
-    wait_for(lambda: len(results(store)) == 151)
+    wait_for(lambda: len(stream_records(store)) == 151)
     client.send_signal(signal.SIGTERM)
     out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
-    by_id = results(store)
+    by_id = stream_records(store)
     assert all(len(records) == 1 for records in by_id.values())
     assert {r[0]["outcome"] for i, r in by_id.items() if i != "bad"} == {"accepted"}
     assert by_id["bad"][0]["outcome"] == "invalid_input" and store.xlen("work:dead") == 1
@@ -70,10 +63,10 @@ def test_entries_a_dead_member_left_pending_are_taken_over(valkey, fast_server, 
     store.xreadgroup("g", "dead-member", {"work": ">"}, count=15)  # read, never acknowledged: it "died"
     client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g&reclaim=1",
                             "--member", "alive")
-    wait_for(lambda: len(results(store)) == 40)
+    wait_for(lambda: len(stream_records(store)) == 40)
     client.send_signal(signal.SIGTERM)
     client.communicate(timeout=30)
-    by_id = results(store)
+    by_id = stream_records(store)
     assert sum(r[0]["resumed_after_crash"] for r in by_id.values()) == 15
     assert store.xpending("work", "g")["pending"] == 0
 
@@ -88,10 +81,10 @@ def test_exactly_once_records_a_taken_over_entry_that_may_have_been_sent_as_unkn
         store.hset("work:sent", entry_id, "AAAA...ZZZZ 1700000000000000")
     client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g&reclaim=1",
                             "--member", "alive", "--delivery", "exactly-once")
-    wait_for(lambda: len(results(store)) == 30)
+    wait_for(lambda: len(stream_records(store)) == 30)
     client.send_signal(signal.SIGTERM)
     client.communicate(timeout=30)
-    by_id = results(store)
+    by_id = stream_records(store)
     unknown = {i for i, found in by_id.items() if found[0]["outcome"] == "unknown"}
     assert unknown == {"w-1", "w-2", "w-3", "w-4"}
     assert "nonce 1700000000000000 on AAAA...ZZZZ" in by_id["w-1"][0]["reason"]

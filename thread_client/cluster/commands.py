@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..errors import ConfigError
 from .address import StoreAddress
 from .keyspace import Keyspace
 from .streams import WorkStream, submit_lines
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["status_main", "submit_main"]
 
@@ -25,11 +28,7 @@ def submit_main(argv: list[str], prog: str) -> int:
                         help="an id submitted again within this many days is a duplicate (default %(default)s)")
     parser.add_argument("input", metavar="FILE|-", help="JSON lines of {\"id\": ..., \"params\": {...}}")
     args = parser.parse_args(argv)
-    try:
-        work = WorkStream(StoreAddress.parse(args.to, flag="--to"), flag="--to")
-        store = work.address.connect()
-    except ConfigError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    work, store = _open(parser, args.to, "--to")
     lines: IO[bytes] = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
     try:
         added, duplicates, refused = submit_lines(store, work, lines, remember_ids=args.remember_ids_days * 86_400)
@@ -48,17 +47,23 @@ def status_main(argv: list[str], prog: str) -> int:
     parser = argparse.ArgumentParser(prog=f"{prog} status", description=status_main.__doc__)
     parser.add_argument("--redis", required=True, metavar="URL", help=_STORE_HELP)
     args = parser.parse_args(argv)
-    try:
-        work = WorkStream(StoreAddress.parse(args.redis, flag="--redis"), flag="--redis")
-        store = work.address.connect()
-    except ConfigError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    work, store = _open(parser, args.redis, "--redis")
     with store:
         print("\n".join(status_lines(store, work, Keyspace())))
     return 0
 
 
-def status_lines(store, work: WorkStream, keyspace: Keyspace) -> list[str]:
+def _open(parser: argparse.ArgumentParser, url: str, flag: str) -> tuple[WorkStream, "redis.Redis"]:
+    """The work stream ``url`` names, and a client for its store; exit 2 with one line if it is bad."""
+    try:
+        work = WorkStream(StoreAddress.parse(url, flag=flag), flag=flag)
+        return work, work.address.connect()
+    except ConfigError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        raise  # unreachable: exit() raises SystemExit
+
+
+def status_lines(store: "redis.Redis", work: WorkStream, keyspace: Keyspace) -> list[str]:
     """The status report, line by line."""
     seconds, micros = store.time()
     now_ms = seconds * 1000 + micros // 1000

@@ -55,13 +55,16 @@ class WorkStream:
         self.results = address.option("results", f"{self.stream}:results", flag=flag)
         self.dead = address.option("dead", f"{self.stream}:dead", flag=flag)
         self.sent = f"{self.stream}:sent"  # exactly-once: entry id -> "key nonce" of its send, until its record
-        reclaim = address.option("reclaim", "30", flag=flag)
-        try:
-            self.reclaim_after = float(reclaim)  # seconds an entry stays pending before another member takes it
-        except ValueError:
-            raise ConfigError(f"{flag} {address}: reclaim must be a number of seconds, got {reclaim!r}") from None
-        if not 0 < self.reclaim_after < 86_400:
-            raise ConfigError(f"{flag} {address}: reclaim must be between 0 and 86400 seconds")
+        # Seconds an entry stays pending before another member takes it; None: ten lease lifetimes.
+        self.reclaim_after: float | None = None
+        reclaim = address.options.get("reclaim")
+        if reclaim is not None:
+            try:
+                self.reclaim_after = float(reclaim)
+            except ValueError:
+                raise ConfigError(f"{flag} {address}: reclaim must be a number of seconds, got {reclaim!r}") from None
+            if not 0 < self.reclaim_after < 86_400:
+                raise ConfigError(f"{flag} {address}: reclaim must be between 0 and 86400 seconds")
 
     def __repr__(self) -> str:
         return f"<WorkStream {self.stream} group={self.group}>"
@@ -119,7 +122,7 @@ class StreamSource:
     its queue's worth of work it cannot send yet. First it takes back what this
     consumer had pending (a restart under the same name): those may have been
     sent already, so they count as resumed. Entries another consumer left pending
-    for ``work.reclaim_after`` seconds (it died, or lost its keys) are claimed with
+    for the reclaim time (it died, or lost its keys) are claimed with
     ``XAUTOCLAIM``, resumed too; its cursor is kept between calls, so the scan
     moves on through the pending list instead of rereading its head. A stream has
     no end: the source waits for new entries until ``stop``. A store that stops
@@ -127,8 +130,8 @@ class StreamSource:
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, held: HeldEntries, *, exactly_once: bool = False, batch: int = 10,
-        block: float = 0.25, clock: Callable[[], float] = time.monotonic,
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, lease_ttl: float, exactly_once: bool = False,
+        batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.work = work
         self.consumer = consumer
@@ -137,8 +140,10 @@ class StreamSource:
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
         self._block = block
-        self._reclaim_after_ms = max(1, round(work.reclaim_after * 1000))
-        self._reclaim_every = work.reclaim_after / 4
+        # Tied to the lease: a member that died has lost its keys after one lease; its entries wait ten.
+        reclaim_after = work.reclaim_after if work.reclaim_after is not None else 10 * lease_ttl
+        self._reclaim_after_ms = max(1, round(reclaim_after * 1000))
+        self._reclaim_every = reclaim_after / 4
         self._clock = clock
 
     def __repr__(self) -> str:

@@ -15,7 +15,8 @@ import redis
 
 from .client_process import client_command
 from .server_process import REPO_ROOT, ServerProcess
-from .valkey_process import ValkeyProcess, free_port
+from .processes import free_port
+from .valkey_process import ValkeyProcess
 
 __all__ = ["Cluster", "Member"]
 

@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from .processes import stop_process
+
 __all__ = ["REPO_ROOT", "SERVER_SCRIPT", "ServerProcess"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -92,13 +94,7 @@ class ServerProcess:
         process, self._process = self._process, None
         if process is None:
             return None
-        if process.poll() is None:
-            process.send_signal(sig)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, sig, timeout)
         if process.stdout is not None:
             process.stdout.close()
         return process.returncode

