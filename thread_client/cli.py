@@ -233,7 +233,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         held = HeldEntries()
         source: RequestSource = StreamSource(work, config.member, held, lease_ttl=config.lease_ttl,
                                              exactly_once=config.exactly_once)
-        results = StreamResults(work, config.member, held, max_body_bytes=config.max_body_bytes)
+        results = StreamResults(work, config.member, held, journaled=config.exactly_once,
+                                max_body_bytes=config.max_body_bytes)
         journal = StreamJournal(work) if config.exactly_once else None
     else:
         if config.source == "generate":

@@ -7,7 +7,7 @@ import socket
 import subprocess
 
 from conftest import ROOT
-from tools.bench import free_port
+from tools.harness.processes import free_port
 
 
 def make(tmp_path, *args: str) -> subprocess.CompletedProcess:

@@ -238,12 +238,13 @@ class StreamSource:
         return replace(item, resumed=True)
 
 
-# KEYS: the work stream, the results stream, the dead-letter stream, the send journal. ARGV[1], ARGV[2]: the group and this
-# consumer; then (entry id, record, dead letter 1|0) per record. A record is written, and its entry
-# acknowledged, only if the entry is still pending with this consumer; returns the entry ids that are not.
+# KEYS: the work stream, the results stream, the dead-letter stream, the send journal. ARGV[1], ARGV[2]: the
+# group and this consumer; ARGV[3]: 1 if sends are journaled (exactly-once); then (entry id, record, dead
+# letter 1|0) per record. A record is written, and its entry acknowledged (and its journal line dropped),
+# only if the entry is still pending with this consumer; returns the entry ids that are not.
 _WRITE_RESULTS = """
 local taken_over = {}
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   local entry, record = ARGV[i], ARGV[i + 1]
   local mine = entry == ''
   if not mine then
@@ -258,7 +259,7 @@ for i = 3, #ARGV, 3 do
     end
     if entry ~= '' then
       redis.call('XACK', KEYS[1], ARGV[1], entry)
-      redis.call('HDEL', KEYS[4], entry)
+      if ARGV[3] == '1' then redis.call('HDEL', KEYS[4], entry) end
     end
   else
     taken_over[#taken_over + 1] = entry
@@ -280,11 +281,12 @@ class StreamResults:
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, held: HeldEntries, *, max_body_bytes: int = 4096,
-        flush_every: float = 0.05,
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, journaled: bool = False,
+        max_body_bytes: int = 4096, flush_every: float = 0.05,
     ) -> None:
         self.work = work
         self.consumer = consumer
+        self._journaled = journaled  # exactly-once: each record also drops its entry's journal line
         self._held = held
         self._max_body = max_body_bytes
         self._flush_every = flush_every
@@ -342,7 +344,7 @@ class StreamResults:
             time.sleep(self._flush_every)  # let the next batch gather
 
     def _write(self, batch: list[tuple[dict, str | None]]) -> None:
-        args = [self.work.group, self.consumer]
+        args = [self.work.group, self.consumer, "1" if self._journaled else "0"]
         for record, receipt in batch:
             args += [receipt or "", json.dumps(record), "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"]
         taken_over = self._write_script(
