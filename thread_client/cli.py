@@ -210,9 +210,10 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     # Exactly-once: the order gate opens only on a definite answer (one send in flight per key).
     order_latency = math.inf if config.exactly_once else config.order_latency
-    if config.from_stream:  # several daemons share the keys: each is driven only under its lease in the store
+    work = config.work_stream if config.from_stream else None
+    if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
-            config.work_stream.address, config.keys, config.member, rate=config.rate, window=config.window,
+            work.address, config.keys, config.member, rate=config.rate, window=config.window,
             order_latency=order_latency, unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
@@ -227,9 +228,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     resume = ResumePoint(config.results, config.state_dir, settle_earlier=config.exactly_once) if resumable else None
     results: ResultSink | None = None
     journal: Journal | None = None
-    if config.from_stream:
+    if work is not None:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
-        work = config.work_stream
         held = HeldEntries()
         source: RequestSource = StreamSource(work, config.member, held, lease_ttl=config.lease_ttl,
                                              exactly_once=config.exactly_once)

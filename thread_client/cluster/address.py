@@ -15,10 +15,16 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["StoreAddress", "is_store_url"]
+__all__ = ["StoreAddress", "is_store_url", "store_errors"]
 
 _TLS_SCHEMES = ("rediss", "valkeys")
 _SCHEMES = ("redis", "valkey", *_TLS_SCHEMES)
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """The errors that mean "the store cannot be reached right now" (redis is imported only when asked)."""
+    import redis
+    return (redis.ConnectionError, redis.TimeoutError)
 
 
 def is_store_url(text: str | None) -> bool:

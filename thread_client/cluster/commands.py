@@ -9,6 +9,7 @@ from typing import IO, TYPE_CHECKING
 from ..errors import ConfigError
 from .address import StoreAddress
 from .keyspace import Keyspace
+from .leases import lease_holders
 from .streams import WorkStream, submit_lines
 
 if TYPE_CHECKING:
@@ -70,13 +71,10 @@ def status_lines(store: "redis.Redis", work: WorkStream, keyspace: Keyspace) -> 
     members = store.zrange(keyspace.members, 0, -1, withscores=True)
     lines = [f"members ({len(members)}):"]
     lines += [f"  {member}  heartbeat good for {(expiry - now_ms) / 1000:.1f} s" for member, expiry in members]
-    names = store.hgetall(keyspace.key_names)
-    lines.append(f"keys ({len(names)}):")
-    for key_id, masked in sorted(names.items(), key=lambda item: item[1]):
-        key = keyspace.of_id(key_id)
-        token, fence = store.get(key.lease), store.get(key.fence)
-        owner = token.rsplit(":", 1)[0] if token else "nobody (free)"
-        lines.append(f"  {masked}  owned by {owner}  fence {fence or 0}")
+    holders = lease_holders(store, keyspace)
+    lines.append(f"keys ({len(holders)}):")
+    for masked, (owner, fence) in sorted(holders.items()):
+        lines.append(f"  {masked}  owned by {owner or 'nobody (free)'}  fence {fence}")
     groups = {group["name"]: group for group in store.xinfo_groups(work.stream)} if store.exists(work.stream) else {}
     group = groups.get(work.group)
     if group is None:

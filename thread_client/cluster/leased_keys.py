@@ -19,7 +19,7 @@ from ..clock import Clock, monotonic
 from ..limits.keys import ApiKey, KeyPool, mask
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
-from .address import StoreAddress
+from .address import StoreAddress, store_errors
 from .keyspace import Keyspace, key_id
 from .leases import KeyLease
 from .members import Membership
@@ -94,7 +94,6 @@ class LeasedKeyPool(KeyPool):
     def _keep(self) -> None:
         """The keeper loop: one round every third of a lease; a store that does not answer is logged once
         (the leases then run out by this side's clock, and every send on them stops)."""
-        import redis
         away_since: float | None = None
         while not self._stop.is_set():
             try:
@@ -102,7 +101,7 @@ class LeasedKeyPool(KeyPool):
                 if away_since is not None:
                     log.warning("%s: the store answers again after %.1f s", self.member, time.monotonic() - away_since)
                     away_since = None
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except store_errors() as exc:
                 if away_since is None:
                     away_since = time.monotonic()
                     log.warning("%s: the store does not answer (%s): no send on a key past its lease", self.member, exc)
@@ -149,12 +148,11 @@ class LeasedKeyPool(KeyPool):
         self._stop.set()
         if self._keeper.is_alive():
             self._keeper.join()
-        import redis
         try:
             for lease in self._leases.values():
                 if lease.held:
                     lease.release()
             self._membership.leave()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except store_errors() as exc:
             log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
         self._store.close()

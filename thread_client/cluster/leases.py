@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..clock import Clock, monotonic
-from .keyspace import KeyNames
+from .keyspace import KeyNames, Keyspace
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["KeyLease", "LeaseGrant"]
+__all__ = ["KeyLease", "LeaseGrant", "lease_holders"]
 
 # Store time in ms, from TIME (never a host's clock: hosts differ).
 _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
@@ -145,3 +145,14 @@ class KeyLease:
         """Give the lease up (after the key's last answer), so the next owner's quiet period starts now."""
         self.lost()
         self._release(keys=[self._names.lease, self._names.lease_until], args=[self.token])
+
+
+def lease_holders(store: "redis.Redis", keyspace: Keyspace) -> dict[str, tuple[str | None, int]]:
+    """Masked key name -> (the member holding its lease now, or None; its fence so far), for every key
+    a member has registered. Read by ``status`` and the tools; a token is ``<member>:<random>``."""
+    holders = {}
+    for key, masked in store.hgetall(keyspace.key_names).items():
+        names = keyspace.of_id(key)
+        token, fence = store.get(names.lease), store.get(names.fence)
+        holders[masked] = (token.rsplit(":", 1)[0] if token else None, int(fence or 0))
+    return holders

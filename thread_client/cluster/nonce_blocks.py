@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import KeyNotHeld
 from ..limits.nonces import BLOCK
+from .address import store_errors
 from .keyspace import KeyNames
 from .leases import KeyLease
 
@@ -47,11 +48,10 @@ class NonceBlocks:
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block (first, last) with ``first >= wanted``; KeyNotHeld if the lease is not ours, or the
         store cannot say so right now."""
-        import redis
         try:
             reply = self._reserve(keys=[self._names.lease, self._names.nonce_mark],
                                   args=[self._lease.token, wanted, self._size])
-        except (redis.ConnectionError, redis.TimeoutError):
+        except store_errors():
             raise KeyNotHeld(self._names.lease) from None
         if reply is None:
             raise KeyNotHeld(self._names.lease)

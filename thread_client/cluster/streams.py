@@ -19,7 +19,7 @@ from ..errors import ConfigError, KeyNotHeld
 from ..flow.request import Request
 from ..io.results import final_record
 from ..io.sources import InvalidInput, UnknownFate, Work, parse_line
-from .address import StoreAddress
+from .address import StoreAddress, store_errors
 
 if TYPE_CHECKING:
     import redis
@@ -33,16 +33,6 @@ log = logging.getLogger(__name__)
 #: Final outcomes that also go to the dead-letter stream: the request itself cannot succeed as given.
 DEAD_LETTER_OUTCOMES = frozenset({"invalid_input", "retries_exhausted", "rejected"})
 _FIELD = "request"  # the work entry's one field: the request as a JSON object
-_STORE_ERRORS: tuple[type[BaseException], ...] = ()  # filled with redis' error classes on first use
-
-
-def _store_errors() -> tuple[type[BaseException], ...]:
-    """The errors that mean "the store is unreachable right now" (imported lazily, with redis)."""
-    global _STORE_ERRORS
-    if not _STORE_ERRORS:
-        import redis
-        _STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError)
-    return _STORE_ERRORS
 
 
 class WorkStream:
@@ -92,10 +82,6 @@ class HeldEntries:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: set[str] = set()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._ids)
 
     def take(self, entry_id: str) -> bool:
         """Hold ``entry_id``; False if it is held already."""
@@ -184,7 +170,7 @@ class StreamSource:
                     self.work.group, self.consumer, {self.work.stream: pending_after if own_pending else ">"},
                     count=self._batch, block=None if own_pending else self._block_ms,
                 )
-            except _store_errors() as exc:
+            except store_errors() as exc:
                 group_ready = False
                 if down_since is None:
                     down_since = time.monotonic()
@@ -328,7 +314,7 @@ class StreamResults:
                         log.warning("results stream %s: written again after %.1f s", self.work.results,
                                     time.monotonic() - down_since)
                         down_since = None
-                except _store_errors() as exc:
+                except store_errors() as exc:
                     if down_since is None:
                         down_since = time.monotonic()
                         log.warning("results stream %s: the store does not answer (%s); %d records wait",
@@ -388,7 +374,7 @@ class StreamJournal:
     def sending(self, request: Request, key: str, nonce: int) -> None:
         try:
             self._store.hset(self.work.sent, request.receipt or request.req_id, f"{key} {nonce}")
-        except _store_errors():
+        except store_errors():
             raise KeyNotHeld(key) from None
 
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:

@@ -104,8 +104,7 @@ class Worker(ManagedThread):
                         self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
         finally:
             if self._holding is not None:
-                self._queues.hand_back(self._holding)
-                self._holding = None
+                self._hand_back(self._holding)
             self._transport.close()
 
     def _handle(self, request: Request) -> None:
@@ -114,15 +113,13 @@ class Worker(ManagedThread):
             return
         if not self.key.may_send():  # the lease ran out (or is being handed over) while the permit was awaited
             self.key.limiter.cancel(permit)
-            self._queues.hand_back(request)
-            self._holding = None
+            self._hand_back(request)
             return
         nonce, sent_at = permit.nonce, self._clock()
         try:
             reading, retry_after = self._exchange(permit, nonce, request, resend=False)
         except KeyNotHeld:  # the journal could not be written: nothing left, another try later
-            self._queues.hand_back(request)
-            self._holding = None
+            self._hand_back(request)
             return
         if reading is _STALE:
             self._metrics.record_stale_connection()
@@ -249,9 +246,13 @@ class Worker(ManagedThread):
             self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))
         except (LimiterClosed, KeyNotHeld):
             # Key retired, shutting down, or its lease lost: another key takes it, or the shutdown drain buries it.
-            self._queues.hand_back(request)
-            self._holding = None
+            self._hand_back(request)
         return None
+
+    def _hand_back(self, request: Request) -> None:
+        """Give a request that was not sent back to the queues, at no cost; this worker holds nothing then."""
+        self._queues.hand_back(request)
+        self._holding = None
 
     def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading, float | None]:
         """Send once and give the permit back as the outcome allows. Returns the reading and the

@@ -13,6 +13,9 @@ from types import TracebackType
 import psutil
 import redis
 
+from thread_client.cluster.keyspace import Keyspace
+from thread_client.cluster.leases import lease_holders
+
 from .client_process import client_command
 from .server_process import REPO_ROOT, ServerProcess
 from .processes import free_port
@@ -109,12 +112,7 @@ class Cluster:
     def owners(self) -> dict[str, str]:
         """Masked key name -> the member holding its lease now (keys nobody holds are left out)."""
         assert self.store is not None
-        held = {}
-        for key_id, masked in self.store.hgetall("tc:key-names").items():
-            token = self.store.get(f"tc:{{k:{key_id}}}:lease")
-            if token:
-                held[masked] = token.rsplit(":", 1)[0]
-        return held
+        return {key: owner for key, (owner, _) in lease_holders(self.store, Keyspace()).items() if owner}
 
     def accepted_at_server(self) -> int:
         return self.server.stats()["totals"]["accepted"]
