@@ -95,8 +95,11 @@ profile: setup  ## mprof run of the client; writes img/profile_memory.png and im
 diagrams:  ## render img/*.png from their PlantUML sources (needs plantuml: apt-get install plantuml)
 	plantuml -tpng img/lifecycle.puml img/architecture.puml img/cluster.puml
 
-test: setup  ## the whole suite: unit tests, then integration tests against the reference server
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Most integration tests wait on a server, not on the CPU: four pytest-xdist workers fit a 2-core machine.
+TEST_WORKERS ?= 4
 
-test-unit: setup  ## only tests/unit: no server, no sleeping (under 20 s)
+test: setup  ## the whole suite in TEST_WORKERS parallel processes: unit tests, integration tests against the reference server
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+test-unit: setup  ## only tests/unit: no server, no sleeping (under 10 s)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

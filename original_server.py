@@ -331,6 +331,8 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         if close or self.server.close_every_answer:
             self.send_header("Connection", "close")
             self.close_connection = True
+        elif self.server.announce_idle_timeout:  # say when an idle connection will be closed
+            self.send_header("Keep-Alive", f"timeout={self.server.idle_timeout:g}")
         self.end_headers()
         self.wfile.write(body)
 
@@ -354,6 +356,7 @@ class ExchangeServer(ThreadingHTTPServer):
         retry_after: float | None = None,
         *,
         idle_timeout: float | None = None,
+        announce_idle_timeout: bool = False,
         close_every_answer: bool = False,
         forbidden_keys: frozenset[str] = frozenset(),
         proxy_429_rate: float = 0.0,
@@ -362,6 +365,7 @@ class ExchangeServer(ThreadingHTTPServer):
         self.state = state
         self.retry_after = retry_after
         self.idle_timeout = idle_timeout
+        self.announce_idle_timeout = announce_idle_timeout and idle_timeout is not None
         self.close_every_answer = close_every_answer
         self.forbidden_keys = forbidden_keys
         self.proxy_429_rate = proxy_429_rate
@@ -420,6 +424,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="injected failures answer 503 with this Retry-After header instead of a plain 500 (default none)")
     parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                         help="close a keep-alive connection idle this long, as load balancers do (default never)")
+    parser.add_argument("--announce-idle-timeout", action="store_true",
+                        help="say so in a 'Keep-Alive: timeout=' header on every answer, as Apache does")
     parser.add_argument("--close-every-answer", action="store_true",
                         help="answer with 'Connection: close' and close, as an HTTP/1.0-style server does")
     parser.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate chain (PEM)")
@@ -443,6 +449,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--retry-after must not be negative, got {args.retry_after}")
     if args.idle_timeout is not None and not args.idle_timeout > 0:
         parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
+    if args.announce_idle_timeout and args.idle_timeout is None:
+        parser.error("--announce-idle-timeout needs --idle-timeout")
     for flag in ("proxy_429_rate", "lost_answer_rate"):
         if not 0 <= getattr(args, flag) <= 1:
             parser.error(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(args, flag)}")
@@ -466,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
-            idle_timeout=args.idle_timeout, close_every_answer=args.close_every_answer,
+            idle_timeout=args.idle_timeout, announce_idle_timeout=args.announce_idle_timeout,
+            close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
             proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate,
         )

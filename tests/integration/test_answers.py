@@ -72,25 +72,28 @@ def test_the_full_endpoint_url_works_like_the_base(start_server, tmp_path):
 
 
 def test_connections_the_server_closes_while_idle_cost_no_retry(start_server, tmp_path):
-    # Two sends per key a second: every kept connection sits idle longer than the server keeps it.
-    server = start_server("--max-latency-ms", "2", "--idle-timeout", "0.3")
+    # Two sends per key a second: every kept connection sits idle longer than the server keeps it. The server
+    # says so (Keep-Alive: timeout=0.3), so the client replaces each one before sending on it: a server's close
+    # can never cross a send (that race, with a server that says nothing, is forced in test_transport.py).
+    server = start_server("--max-latency-ms", "2", "--idle-timeout", "0.3", "--announce-idle-timeout")
     result, summary = run_client(server, tmp_path, "--rate", "2", "--load", "saturate", "--duration", "4")
     assert result.returncode == 0, result.stdout
     assert summary["stale_connections"] >= 5
-    assert summary["retries"] == 0 and summary["outcomes"].get("connection_reset", 0) == 0
+    assert summary["retries"] == 0 and summary["ambiguous_attempts"] == 0
+    assert set(summary["outcomes"]) <= {"accepted", "expired"}
     assert_clean_run(summary, server.stats())
 
 
 def test_a_server_that_closes_every_connection_costs_a_reconnect_not_a_failure(start_server, tmp_path):
+    # 'Connection: close' on every answer: the client connects afresh for each send and never reuses a closed
+    # connection. One thread per key, so the only cost measured is the reconnect (with two, a slow accept
+    # under load can let the second send's nonce overtake the first: the order rule's bet, not the close).
     server = start_server("--max-latency-ms", "2", "--close-every-answer")
-    result, summary = run_client(server, tmp_path, "--duration", "3")
+    result, summary = run_client(server, tmp_path, "--threads-per-key", "1", "--duration", "3")
     assert result.returncode == 0, result.stdout
-    assert set(summary["outcomes"]) <= {"accepted", "expired", "connection_reset"}
+    assert set(summary["outcomes"]) <= {"accepted", "expired"}
+    assert summary["retries"] == 0 and summary["stale_connections"] == 0 and summary["ambiguous_attempts"] == 0
     assert graveyard_reasons(tmp_path) <= {"shutdown"}  # only what waited in a queue when --duration ended
-    # Every answer closes its connection. Nearly always the close is seen before the next send and costs only
-    # a reconnect; on a loaded host it can arrive after the send, which is then sent again at once, or
-    # retried if another send on the key came between (ambiguous then): never more than a few.
-    assert summary["retries"] * 10 <= summary["accepted"]
     assert_clean_run(summary, server.stats())
 
 

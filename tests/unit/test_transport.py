@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import socket
+import threading
 
 import pytest
 
 from thread_client.errors import TransportError
-from thread_client.io.transport import Transport, endpoint_of, parse_retry_after
+from thread_client.io.transport import Transport, endpoint_of, idle_limit, parse_retry_after
 
 
 @pytest.mark.parametrize("url, endpoint", [
@@ -66,3 +68,88 @@ def test_no_answer_after_the_request_was_written_is_a_timeout():
         with pytest.raises(TransportError) as failed:
             transport.send(1, "1")
     assert failed.value.kind == "timeout"
+
+
+class ScriptedServer:
+    """A one-thread HTTP server on a free loopback port that plays a script, one step per request
+    read: ``("answer", headers)`` answers 200 OK and keeps the connection; ``("close", None)``
+    closes it without an answer, as a server whose idle timeout fires just as the request arrives.
+    Counts the connections it accepted, so a test can see a connection was replaced."""
+
+    def __init__(self, *steps: tuple[str, dict[str, str] | None]) -> None:
+        self._steps = list(steps)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.connections = 0
+        self._thread = threading.Thread(target=self._serve, name="scripted-server", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while self._steps:
+            connection, _ = self._listener.accept()
+            self.connections += 1
+            with connection:
+                while self._steps and _read_request(connection):
+                    action, headers = self._steps.pop(0)
+                    if action == "close":
+                        break
+                    body = b'{"status": "OK"}'
+                    head = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+                    connection.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body)
+
+    def close(self) -> None:
+        self._listener.close()
+        self._thread.join(5)
+        assert not self._thread.is_alive()
+
+
+def _read_request(connection: socket.socket) -> bool:
+    """Read one request head (these tests send no body); False once the client has closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(4096)
+        if not chunk:
+            return False
+        data += chunk
+    return True
+
+
+def test_a_close_that_crosses_a_send_on_a_kept_connection_is_stale_and_the_next_send_reconnects():
+    # The race the idle check cannot see: the server closes only once the request has arrived.
+    server = ScriptedServer(("answer", None), ("close", None), ("answer", None))
+    transport = Transport(f"http://127.0.0.1:{server.port}", "KEY", timeout=2)
+    try:
+        assert transport.send(1, "1").status == 200
+        with pytest.raises(TransportError) as failed:
+            transport.send(2, "2")
+        assert failed.value.kind == "stale"  # the same nonce may be sent again: the server never answered
+        answer = transport.send(2, "2")
+        assert answer.status == 200 and server.connections == 2
+    finally:
+        transport.close()
+        server.close()
+
+
+def test_a_connection_idle_near_the_announced_keep_alive_timeout_is_replaced_before_the_send(clock):
+    server = ScriptedServer(("answer", {"Keep-Alive": "timeout=2, max=100"}), ("answer", None), ("answer", None))
+    transport = Transport(f"http://127.0.0.1:{server.port}", "KEY", timeout=2, clock=clock)
+    try:
+        assert transport.send(1, "1").status == 200
+        clock.advance(0.9)  # within the limit: half the announced timeout
+        second = transport.send(2, "2")
+        assert not second.replaced_stale and server.connections == 1
+        clock.advance(1.0)  # idle for 1.0 s of an announced 2: the server may close it any moment now
+        third = transport.send(3, "3")
+        assert third.replaced_stale and server.connections == 2
+    finally:
+        transport.close()
+        server.close()
+
+
+@pytest.mark.parametrize("header, limit", [
+    (None, math.inf), ("", math.inf), ("timeout=5, max=100", 4.0), ("max=100, Timeout=0.3", 0.15),
+    ("timeout=120", 119.0), ("timeout=soon", math.inf), ("timeout=0", math.inf), ("timeout=inf", math.inf),
+    ("timeout=nan", math.inf),
+])
+def test_the_idle_limit_keeps_a_margin_below_the_announced_timeout(header, limit):
+    assert idle_limit(header) == pytest.approx(limit)

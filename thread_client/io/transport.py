@@ -12,9 +12,12 @@ import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..clock import Clock, monotonic
 from ..errors import TransportError
 
-__all__ = ["ENDPOINT_PATH", "PARAMS_IN", "Answer", "Transport", "endpoint_of", "parse_retry_after", "tls_context"]
+__all__ = [
+    "ENDPOINT_PATH", "PARAMS_IN", "Answer", "Transport", "endpoint_of", "idle_limit", "parse_retry_after", "tls_context",
+]
 
 #: The contract's endpoint; ``--url`` may name it or only the server's base.
 ENDPOINT_PATH = "/api/request"
@@ -60,8 +63,10 @@ class Transport:
       may have been processed.
 
     A connection the server closed while idle is noticed before the send (the
-    socket reads as closed) and replaced at no risk. Not thread-safe by design:
-    each worker has its own.
+    socket reads as closed) and replaced at no risk. So is one about to be closed:
+    a server that announces its idle timeout (``Keep-Alive: timeout=N``) never
+    sees a request on a connection idle near it, so the race between its close
+    and a send does not arise. Not thread-safe by design: each worker has its own.
     """
 
     def __init__(
@@ -72,6 +77,7 @@ class Transport:
         *,
         ssl_context: ssl.SSLContext | None = None,
         params_in: str = "query",
+        clock: Clock = monotonic,
     ) -> None:
         if params_in not in PARAMS_IN:
             raise ValueError(f"params_in must be one of {PARAMS_IN}, got {params_in!r}")
@@ -87,6 +93,11 @@ class Transport:
             )
         else:
             self._connection = http.client.HTTPConnection(host, port or 80, timeout=timeout)
+        # How long the kept connection may sit idle before it is replaced, from the server's own
+        # Keep-Alive announcement (read on each connection's first answer); and since when it has.
+        self._idle_limit = math.inf
+        self._idle_since = math.inf
+        self._clock = clock
 
     def __repr__(self) -> str:
         state = "open" if self._connection.sock is not None else "closed"
@@ -96,7 +107,9 @@ class Transport:
         """One attempt; raises TransportError (see the class docstring) when no answer came.
         ``params`` go along in the query string, or as a form body on the GET (``params_in="form"``)."""
         connection = self._connection
-        replaced_stale = connection.sock is not None and _closed_by_peer(connection.sock)
+        replaced_stale = connection.sock is not None and (
+            self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)
+        )
         if replaced_stale:
             connection.close()
         reused = connection.sock is not None
@@ -121,6 +134,9 @@ class Transport:
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             raise TransportError("reset", f"{type(exc).__name__}: {exc}") from exc
+        self._idle_since = self._clock()
+        if not reused:  # a server's keep-alive policy is read once per connection, not on every answer
+            self._idle_limit = idle_limit(response.getheader("Keep-Alive"))
         # Retry-After only matters for a failure: no header lookup on the common 200 path.
         retry_after = None if response.status == 200 else parse_retry_after(response.getheader("Retry-After"))
         return Answer(response.status, body, retry_after, replaced_stale)
@@ -160,6 +176,22 @@ def _closed_by_peer(sock: socket.socket) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+def idle_limit(keep_alive: str | None) -> float:
+    """How long a kept connection may stay idle, from the server's ``Keep-Alive: timeout=N[, max=M]``:
+    the announced timeout less a margin (half of it, at most a second) for the answer's own way
+    back; inf when none is announced (the socket is then checked for a close before each send)."""
+    for part in (keep_alive or "").split(","):
+        name, _, value = part.partition("=")
+        if name.strip().lower() != "timeout":
+            continue
+        try:
+            timeout = float(value)
+        except ValueError:
+            return math.inf
+        return timeout - min(1.0, timeout / 2) if math.isfinite(timeout) and timeout > 0 else math.inf
+    return math.inf
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
