@@ -65,7 +65,7 @@ BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
-bench: setup  ## eight rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
+bench: setup  ## nine rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server), each against a fresh server; table, $(BENCH_JSON), img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30
@@ -78,7 +78,7 @@ DEMO_SECONDS ?= 60
 demo-cluster: setup  ## Valkey + 3 daemons for DEMO_SECONDS with a live table (keys, accepted/s per member); one is killed half-way
 	DEMO_SECONDS=$(DEMO_SECONDS) $(PY) -m tools.demo_cluster
 
-chaos: setup  ## six fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, TLS, lost answers); fails on any broken invariant
+chaos: setup  ## seven fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, keys held by Retry-After with a CPU bound, TLS, lost answers); fails on any broken invariant
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600

@@ -1,5 +1,5 @@
-"""``make chaos``: the exercise load through faulty, restarting, closing, pausing, vanishing, answer-losing and
-TLS servers.
+"""``make chaos``: the exercise load through faulty, restarting, closing, pausing, vanishing, answer-losing,
+key-holding and TLS servers.
 
 Each scenario runs the client against a fresh reference server and plays a
 timeline on it (restart it, swap it for one answering 503 + Retry-After, take it
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, SUMMARY_FILE, client_command, read_summary
 from .harness.server_process import REPO_ROOT, ServerProcess
 from .harness.tls import tls_setup
@@ -34,11 +36,13 @@ class Run:
     """One scenario's server, as its timeline sees it; keeps the server's counts across restarts."""
 
     server: ServerProcess
+    client_pid: int
     started: float = field(default_factory=time.monotonic)
     accepted: int = 0
     rate_limited: int = 0
     duplicates: int = 0
     blocked: set[str] = field(default_factory=set)
+    cpu_per_1000: float = 0.0  # measured by a timeline that asks for it
 
     def at(self, seconds: float) -> None:
         """Wait until ``seconds`` after the client started (the scenario's clock)."""
@@ -71,6 +75,7 @@ class Scenario:
     client_args: tuple[str, ...] = ()
     tls: bool = False
     second_client: bool = False  # also start a second client on the same keys: it must be refused
+    max_cpu_per_1000: float | None = None  # the client's CPU seconds (start-up included) per 1000 accepted
 
 
 def faults_and_restart(run: Run, seconds: float) -> None:
@@ -87,6 +92,17 @@ def retry_after_burst(run: Run, seconds: float) -> None:
     run.at(seconds * 0.6)
     print(f"  {seconds * 0.6:.0f} s: the burst is over", flush=True)
     run.restart(*normal)
+
+
+def steady_cpu(run: Run, seconds: float) -> None:
+    """The client's CPU seconds per 1000 requests the server accepted, from a 5 s warm-up to a second
+    before the end (start-up and shutdown are no part of the steady cost)."""
+    client = psutil.Process(run.client_pid)
+    run.at(5)
+    cpu0, accepted0 = sum(client.cpu_times()[:2]), run.server.stats()["totals"]["accepted"]
+    run.at(seconds - 1)
+    cpu1, accepted1 = sum(client.cpu_times()[:2]), run.server.stats()["totals"]["accepted"]
+    run.cpu_per_1000 = 1000 * (cpu1 - cpu0) / max(accepted1 - accepted0, 1)
 
 
 def outage(down_at: float, down_for: float) -> Callable[[Run, float], None]:
@@ -109,6 +125,9 @@ def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
         Scenario("idle keep-alive connections closed by the server", ("--idle-timeout", "0.05"), seconds),
         Scenario("a burst of 503 + Retry-After", (), seconds, retry_after_burst),
         Scenario(f"a {outage_seconds:.0f} s outage", (), outage_seconds + 15, outage(5, outage_seconds)),
+        # Each key is held 5 s after one answer in fifty: its workers must wait, not spin through the queue.
+        Scenario("keys held by 503 + Retry-After: 5", ("--fail-rate", "0.02", "--retry-after", "5"), seconds,
+                 steady_cpu, max_cpu_per_1000=1.0),
         Scenario("HTTPS with faults", faults, seconds, tls=True),
         Scenario("lost answers, exactly-once", ("--lost-answer-rate", "0.05", "--stall-rate", "0.02"), seconds,
                  client_args=("--delivery", "exactly-once")),
@@ -127,7 +146,7 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
                            "--metrics-interval", "10", *client_args),
             cwd=REPO_ROOT,
         )
-        run = Run(server)
+        run = Run(server, client.pid)
         second_exit = None
         try:
             if scenario.second_client:
@@ -163,6 +182,10 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
         checks.append(("no request accepted twice", run.duplicates == 0))
     if scenario.second_client:
         checks.append(("a second client on the same keys was refused (exit 2)", second_exit == 2))
+    if scenario.max_cpu_per_1000 is not None:
+        print(f"  client CPU: {run.cpu_per_1000:.3f} s per 1000 accepted, after a 5 s warm-up", flush=True)
+        checks.append((f"client CPU <= {scenario.max_cpu_per_1000} s per 1000 accepted",
+                       run.cpu_per_1000 <= scenario.max_cpu_per_1000))
     return checks
 
 

@@ -100,3 +100,46 @@ def test_an_error_after_a_request_was_routed_does_not_route_it_again():
     counts = queues.counts()
     assert (counts.created, counts.accepted, counts.graveyard, counts.in_flight, counts.dlq) == (2, 2, 0, 0, 0)
     assert counts.balanced
+
+
+def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
+    # A key held far longer than a request's time-to-live (a Retry-After, the hold after a strike) used to
+    # take the request, find at once that no slot could free in time, count it expired and take it again,
+    # thousands of times a second. Now its worker takes nothing until the key can send.
+    queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    key.limiter.hold(60)
+    stop = threading.Event()
+    metrics = Metrics()
+    transport = AlwaysOk()
+    worker = Worker(key, queues, metrics, transport, RetryPolicy(), OutageGate(), stop, poll=0.05)
+    queues.submit(Request("1", time.monotonic()), stop)
+    worker.start()
+    requeuer = threading.Thread(target=lambda: [queues.requeue_ready(stop, timeout=0.05) for _ in iter(stop.is_set, True)])
+    requeuer.start()
+    time.sleep(0.3)  # six of the worker's polls: the old worker spun through the queue thousands of times by now
+    counts, snapshot = queues.counts(), metrics.snapshot()
+    stop.set()
+    worker.join(5)
+    requeuer.join(5)
+    assert not worker.is_alive() and not requeuer.is_alive()
+    assert snapshot.expired == 0 and snapshot.outcomes == {}
+    assert (counts.main_queue, counts.in_flight, counts.dlq) == (1, 0, 0)  # never taken: it waits for a key that can send
+
+
+def test_a_key_whose_hold_ends_takes_the_waiting_work_and_sends_it():
+    queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    key.limiter.hold(0.2)
+    stop = threading.Event()
+    metrics = Metrics()
+    worker = Worker(key, queues, metrics, AlwaysOk(), RetryPolicy(), OutageGate(), stop, poll=0.05)
+    queues.submit(Request("1", time.monotonic()), stop)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while queues.counts().accepted < 1 and time.monotonic() < deadline:
+        queues.requeue_ready(stop, timeout=0.05)
+    stop.set()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert queues.counts().accepted == 1 and metrics.snapshot().expired == 0

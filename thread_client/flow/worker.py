@@ -91,6 +91,11 @@ class Worker(ManagedThread):
                     continue
                 if not self._outage.may_take(self.key.name, self._poll):
                     continue
+                try:
+                    if not self.key.limiter.wait_ready(self._poll):  # held, or every slot busy: take no work
+                        continue
+                except LimiterClosed:
+                    break
                 request = self._queues.take(self._poll)
                 if request is None:
                     continue
@@ -234,13 +239,19 @@ class Worker(ManagedThread):
             )
 
     def _acquire(self, request: Request) -> Permit | None:
-        """A permit within the request's time-to-live, or None once the request has been routed."""
+        """A permit within the request's time-to-live, or None once the request has been routed:
+        expired if it waited its whole time-to-live, handed back at once (no cost, not expired)
+        if the key surely cannot send within it (another thread of the key took the last slot,
+        or the key was held meanwhile)."""
         try:
             remaining = request.deadline - self._clock()
             if remaining <= 0:
                 raise LimiterTimeout(self.key.name, 0.0)
             return self.key.limiter.acquire(timeout=remaining)
         except LimiterTimeout:
+            if self._clock() < request.deadline:
+                self._hand_back(request)
+                return None
             self._metrics.record_attempt(self.key.name, Outcome.EXPIRED)
             expired = Reading(Outcome.EXPIRED)
             self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))

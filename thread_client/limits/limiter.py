@@ -165,9 +165,35 @@ class ThreadSafeRateLimiter:
                     return self._take(now, resend_of)
                 if now >= deadline or now + self._least_delay(now) > deadline:
                     raise LimiterTimeout(self.name, delay)
-                wait = min(delay, deadline - now)
-                self._changed.wait(None if wait == math.inf else wait)
-                now = self._clock()
+                now = self._wait(delay, deadline, now)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until a send would be allowed at once (True) or ``timeout`` seconds pass (False);
+        raises LimiterClosed if the limiter is or gets closed.
+
+        Workers ask this before they take a request: a key that cannot send (held after a
+        Retry-After or a strike, every slot in flight) takes no work it could only hand back,
+        and none of its threads spins through the queue meanwhile.
+        """
+        with self._changed:
+            now = self._clock()
+            deadline = math.inf if timeout is None else now + timeout
+            while True:
+                if self._closed:
+                    raise LimiterClosed(self.name)
+                delay = self._delay_until_free(now)
+                if delay <= 0:
+                    return True
+                if now >= deadline:
+                    return False
+                now = self._wait(delay, deadline, now)
+
+    def _wait(self, delay: float, deadline: float, now: float) -> float:
+        """Wait until ``delay`` has passed, the deadline comes or a change is notified; returns the
+        time then. Called with the lock held (released while waiting)."""
+        wait = min(delay, deadline - now)
+        self._changed.wait(None if wait == math.inf else wait)
+        return self._clock()
 
     def release(self, permit: Permit, answered_at: float | None, accepted: bool = False) -> None:
         """Give back a permit: ``answered_at`` is when its answer arrived, None if none did.
