@@ -213,10 +213,11 @@ class Daemon:
             active = len(self.keys) - len(self.keys.retired())
             log.error("%s; the other %s carr%s its work", what, _count(active, "key"), "ies" if active == 1 else "y")
             return
+        left = "; what was not sent is left for the next run" if self.queues.keeps_unsent else ""
         if len(self.keys) == 1:
-            log.error("%s: it was the only key, nothing can be sent", what)
+            log.error("%s: it was the only key, nothing can be sent%s", what, left)
         else:
-            log.error("%s: every API key is retired, nothing can be sent", what)
+            log.error("%s: every API key is retired, nothing can be sent%s", what, left)
         self.request_stop(ALL_KEYS_RETIRED)
 
     def _on_thread_failed(self, thread: ManagedThread) -> None:
@@ -256,9 +257,9 @@ class Daemon:
             self.keys.close()
             self._join(self.workers, timeout)
             drained = self.queues.drain(drain_reason)
-            if drained and self.queues.counts().left_for_next_run:
-                log.warning("%d requests not sent: no final record, the next run of the same input takes them up",
-                            drained)
+            if drained and self.queues.keeps_unsent:
+                log.warning("%d requests not sent (%s): no final record, the next run of the same input takes them up",
+                            drained, self._stop_reason)
             elif drained:
                 log.warning("%d queued requests buried in the graveyard (%s)", drained, drain_reason)
             self._stop_reports.set()

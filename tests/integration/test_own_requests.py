@@ -188,3 +188,29 @@ def test_sigterm_leaves_unsent_requests_for_the_next_run_not_buried(start_server
     assert final.returncode == 0, final.stdout
     ids = collections.Counter(record["id"] for record in records(results))
     assert set(ids) == {f"order-{n}" for n in range(1, 501)} and set(ids.values()) == {1}
+
+
+def test_work_not_sent_because_every_key_was_parked_is_left_for_the_rerun_not_buried(start_server, tmp_path):
+    # The client believes in 20 per second, the server allows 7: every key strikes out and is parked by the
+    # client's own decision. What was never sent must not get a final record, or the rerun would skip it.
+    strict = start_server("--max-latency-ms", "2", "--rate", "7")
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 1000)
+    results = tmp_path / "results.jsonl"
+    result, summary = run_client(strict, tmp_path, "--source", str(source), "--load", "saturate", "--duration", "60")
+    assert result.returncode == 3, result.stdout  # every key retired
+    assert summary["retired_keys"] and set(summary["retired_keys"].values()) == {"parked"}
+    assert summary["identity_holds"] and summary["left_for_next_run"] > 0
+    first = records(results)
+    assert "key_blocked" not in {record["outcome"] for record in first}
+    assert "left for the next run" in result.stdout
+    fixed = start_server("--max-latency-ms", "2")  # the cause fixed: an exchange that allows what the client sends
+    again = tmp_path / "again"
+    again.mkdir()
+    final, _ = run_client(fixed, again, "--source", str(source), "--results", str(results), "--duration", "120",
+                          timeout=150)
+    assert final.returncode == 0, final.stdout
+    ids = collections.Counter(record["id"] for record in records(results))
+    assert set(ids) == {f"order-{n}" for n in range(1, 1001)} and set(ids.values()) == {1}
+    assert fixed.stats()["totals"]["accepted"] + strict.stats()["totals"]["accepted"] == sum(
+        1 for record in records(results) if record["outcome"] == "accepted")

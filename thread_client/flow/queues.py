@@ -236,10 +236,11 @@ class QueueManager:
     # -- shutdown and metrics -------------------------------------------------
 
     def drain(self, reason: str) -> int:
-        """Empty the main queue and the DLQ; returns how many. Their requests are buried with
-        ``reason``, or, if unsent requests are kept and this is a plain ``shutdown``, left for the
-        next run (no final record: a restart of the same input sends them, those already sent
-        once marked as resumed).
+        """Empty the main queue and the DLQ; returns how many. If unsent requests are kept (the
+        user's resumable input), they are left for the next run whatever stopped this one (a
+        signal, every key retired, a wrong endpoint): no final record, so a rerun of the same
+        input after the cause is fixed sends them (those sent once marked as resumed). A local
+        decision never buries the user's work. Otherwise they are buried with ``reason``.
 
         Call once the threads that put into the queues are stopped, or more may arrive.
         """
@@ -250,7 +251,7 @@ class QueueManager:
             except queue.Empty:
                 break
         requests += self._dlq.drain()
-        if self._keep_unsent and reason == "shutdown":
+        if self._keep_unsent:
             self._leave(len(requests))
             return len(requests)
         for request in requests:
@@ -258,6 +259,11 @@ class QueueManager:
         with self._lock:
             self._count_finished(len(requests))
         return len(requests)
+
+    @property
+    def keeps_unsent(self) -> bool:
+        """Whether a stop leaves the requests not yet sent for the next run instead of burying them."""
+        return self._keep_unsent
 
     def _leave(self, requests: int) -> None:
         with self._lock:
