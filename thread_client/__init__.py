@@ -3,9 +3,13 @@ rate-limited exchange as fast as the limits allow, without tripping them or losi
 
 from .config import Config
 from .daemon import Daemon
-from .limits.keys import KeyPool
 from .limits.limiter import ThreadSafeRateLimiter
+from .parts import Answer, Journal, KeyPool, RequestSource, ResultSink, Transport
 from .policy.retry import RetryPolicy
+from .request import FinalOutcome, Request
 
-__all__ = ["Config", "Daemon", "KeyPool", "RetryPolicy", "ThreadSafeRateLimiter"]
+__all__ = [
+    "Answer", "Config", "Daemon", "FinalOutcome", "Journal", "KeyPool", "Request", "RequestSource", "ResultSink",
+    "RetryPolicy", "ThreadSafeRateLimiter", "Transport",
+]
 __version__ = "0.2.0"

@@ -18,17 +18,18 @@ from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
 from .cluster.leased_keys import LeasedKeyPool
 from .cluster.streams import HeldEntries, StreamJournal, StreamResults, StreamSource
-from .config import DEFAULT_URL, DELIVERIES, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
+from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
+from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
 from .errors import ConfigError, ThreadClientError
 from .exits import EXIT_HELP
 from .io.graveyard import Graveyard
-from .flow.producer import RequestSource
-from .io.results import Results, ResultSink
-from .io.resume import Journal, ResumePoint, SendJournal
+from .io.results import Results
+from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
-from .io.transport import PARAMS_IN, Transport, tls_context
-from .limits.keys import KeyPool
+from .io.transport import PARAMS_IN, HttpTransport, tls_context
+from .limits.keys import HostKeyPool
+from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
 
 __all__ = ["build_config", "build_daemon", "main"]
@@ -36,7 +37,7 @@ __all__ = ["build_config", "build_daemon", "main"]
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "ca_file", "delivery", "rate", "max_retries", "max_retry_after", "max_strikes", "server_max_429",
+    "url", "ca_file", "rate", "max_retries", "max_retry_after", "max_strikes", "server_max_429",
     "queue_size", "load", "source", "follow", "params_in", "duration", "metrics_interval", "metrics_port", "outage_after",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
@@ -170,13 +171,15 @@ def build_config(argv: list[str] | None = None) -> Config:
         if args.source not in ("generate", "-") and not from_stream and not os.access(args.source, os.R_OK):
             raise ConfigError(f"--source {args.source}: cannot read it")
         keys, keys_source = load_keys(args.keys_file)
+        delivery = Delivery.named(args.delivery)
         return Config(
             keys=keys,
             keys_source=keys_source,
             results=args.results,
             member=args.member or f"{socket.gethostname()}-{os.getpid()}",
             state_dir=args.state_dir or str(default_state_dir()),
-            threads_per_key=args.threads_per_key or (1 if args.delivery == "exactly-once" else 2),
+            delivery=delivery,
+            threads_per_key=args.threads_per_key or delivery.threads_per_key,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             ttl=args.ttl_ms / 1000,
@@ -208,8 +211,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     keys, one ``http.client`` connection per worker (HTTPS verified against the system store or
     ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
-    # Exactly-once: the order gate opens only on a definite answer (one send in flight per key).
-    order_latency = math.inf if config.exactly_once else config.order_latency
+    delivery = config.delivery
+    # One send in flight per key: the order gate opens only on a definite answer.
+    order_latency = math.inf if delivery.one_in_flight else config.order_latency
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
@@ -217,7 +221,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
             order_latency=order_latency, unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
-        keys = KeyPool.local(
+        keys = HostKeyPool.open(
             config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
             order_latency=order_latency, unanswered_hold=config.http_timeout, clock=clock,
         )
@@ -225,17 +229,17 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
     # exactly-once, the last send of each key is settled first with its journaled nonce.
     resumable = config.source != "generate" and not config.from_stream and config.results not in (None, "-")
-    resume = ResumePoint(config.results, config.state_dir, settle_earlier=config.exactly_once) if resumable else None
+    resume = ResumePoint(config.results, config.state_dir, settle_earlier=delivery.settles_ambiguous) if resumable else None
     results: ResultSink | None = None
     journal: Journal | None = None
     if work is not None:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
         held = HeldEntries()
         source: RequestSource = StreamSource(work, config.member, held, lease_ttl=config.lease_ttl,
-                                             exactly_once=config.exactly_once)
-        results = StreamResults(work, config.member, held, journaled=config.exactly_once,
+                                             exactly_once=delivery.settles_ambiguous)
+        results = StreamResults(work, config.member, held, journaled=delivery.settles_ambiguous,
                                 max_body_bytes=config.max_body_bytes)
-        journal = StreamJournal(work) if config.exactly_once else None
+        journal = StreamJournal(work) if delivery.settles_ambiguous else None
     else:
         if config.source == "generate":
             source = SyntheticSource(config.load)
@@ -244,9 +248,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # Exactly-once: a send's journal line is on the disk before it leaves, and a request's final
         # record before its key's next send, so a restart after a power loss still knows what to settle.
         if config.results:
-            results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=config.exactly_once)
+            results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=delivery.durable_outputs)
         if resumable:
-            journal = SendJournal(config.results, durable=config.exactly_once)
+            journal = SendJournal(config.results, durable=delivery.durable_outputs)
     return Daemon(
         config,
         source=source,
@@ -257,7 +261,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # A resumable file, or a work stream (its entries stay pending until their records are written).
         keep_unsent=resumable or config.from_stream,
         keys=keys,
-        transports=lambda key: Transport(
+        transports=lambda key: HttpTransport(
             config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,

@@ -9,11 +9,12 @@ from urllib.parse import urlsplit
 
 from .cluster.address import StoreAddress, is_store_url
 from .cluster.streams import WorkStream
+from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS
 from .io.transport import PARAMS_IN
 
-__all__ = ["Config", "DELIVERIES", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
+__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 KEYS_ENV = "THREAD_CLIENT_KEYS"
@@ -26,7 +27,6 @@ DEFAULT_KEYS = (
     "46V5EZ5K2DFAGW85J18L50SGO25WJ5JE",
 )
 DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
-DELIVERIES = ("at-least-once", "exactly-once")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -45,7 +45,7 @@ class Config:
     http_timeout: float = 1.0
     max_retries: int = 5
     max_retry_after: float = 600.0
-    delivery: str = "at-least-once"
+    delivery: Delivery = AT_LEAST_ONCE
     max_strikes: int = 3
     server_max_429: int = 10
     state_dir: str = field(default_factory=lambda: str(default_state_dir()))
@@ -97,10 +97,9 @@ class Config:
                 f"--max-strikes {self.max_strikes} must stay below --server-max-429 {self.server_max_429}, "
                 "the rejections after which the server blocks a key for good"
             )
-        if self.delivery not in DELIVERIES:
-            raise ConfigError(f"--delivery must be one of {', '.join(DELIVERIES)}, got {self.delivery!r}")
-        if self.exactly_once and self.threads_per_key != 1:
-            raise ConfigError("--delivery exactly-once sends one request at a time per key: --threads-per-key must be 1")
+        if self.delivery.one_in_flight and self.threads_per_key != 1:
+            raise ConfigError(f"--delivery {self.delivery} sends one request at a time per key: --threads-per-key "
+                              "must be 1")
         if self.follow and (self.source in ("generate", "-") or self.from_stream):
             raise ConfigError("--follow tails a file: give --source PATH")
         if self.from_stream:
@@ -120,10 +119,6 @@ class Config:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
 
-
-    @property
-    def exactly_once(self) -> bool:
-        return self.delivery == "exactly-once"
 
     @property
     def from_stream(self) -> bool:

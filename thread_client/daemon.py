@@ -14,16 +14,16 @@ from .config import Config
 from .errors import ConfigError
 from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
 from .flow.outage import OutageGate
-from .flow.producer import Producer, RequestSource
+from .flow.producer import Producer
 from .flow.queues import QueueManager
-from .flow.request import Request
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
-from .io.results import ResultSink
-from .io.resume import EarlierSend, Journal
-from .io.transport import Transport, endpoint_of
-from .limits.keys import ApiKey, KeyPool
+from .io.resume import EarlierSend
+from .io.transport import endpoint_of
+from .limits.keys import ApiKey
+from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport
+from .request import FinalOutcome, Request
 from .observe.metrics import Metrics
 from .observe.prometheus import MetricsServer
 from .observe.report import MetricsReporter, QueueMonitor
@@ -37,8 +37,9 @@ __all__ = ["Daemon", "TransportFactory"]
 
 log = logging.getLogger(__name__)
 
-#: Stop reasons whose queued work is buried under their own name (not "shutdown").
-_DRAIN_REASONS = {ALL_KEYS_RETIRED: ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND: f"stopped: {ENDPOINT_NOT_FOUND}"}
+#: Stop reasons whose queued work (when it is not kept for the next run) is buried as another outcome
+#: than a plain shutdown; the stop reason is the burial's detail.
+_DRAIN_OUTCOMES = {ALL_KEYS_RETIRED: FinalOutcome.KEY_BLOCKED, ENDPOINT_NOT_FOUND: FinalOutcome.SHUTDOWN}
 
 #: Makes the connection one worker thread of a key sends through.
 TransportFactory = Callable[[ApiKey], Transport]
@@ -104,9 +105,9 @@ class Daemon:
         earlier = self._take_up(earlier_sends or {})
         self.workers = [
             Worker(
-                key, self.queues, self.metrics, transports(key), policy, self.outage, self._stop_workers,
-                index=index, on_key_retired=self._on_key_retired, on_stop=self._on_stop,
-                exactly_once=config.exactly_once, journal=journal, earlier_send=earlier.get(key.name) if index == 0 else None,
+                key, self.queues, transports(key), policy, self.outage, self._stop_workers,
+                listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
+                on_stop=self._on_stop, journal=journal, earlier_send=earlier.get(key.name) if index == 0 else None,
                 clock=clock,
             )
             for key in keys
@@ -134,8 +135,8 @@ class Daemon:
             if name in names:
                 taken_up[name] = (self.queues.adopt(request), send.nonce)
             else:
-                self.queues.reject(request, f"unknown: sent with nonce {send.nonce} on key {name} before the"
-                                            " restart, and that key is not among this run's keys")
+                self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key {name} before"
+                                                                  " the restart, and that key is not among this run's keys")
         return taken_up
 
     def __repr__(self) -> str:
@@ -244,7 +245,8 @@ class Daemon:
                 return self._summary
             self.request_stop()
             timeout = join_timeout if join_timeout is not None else self.config.http_timeout + 2.0
-            drain_reason = _DRAIN_REASONS.get(self._stop_reason, "shutdown")
+            drain_outcome = _DRAIN_OUTCOMES.get(self._stop_reason, FinalOutcome.SHUTDOWN)
+            drain_detail = self._stop_reason if self._stop_reason in _DRAIN_OUTCOMES else ""
             self._stop_producer.set()
             self._join([self.producer], timeout)
             self._stop_requeue.set()
@@ -256,12 +258,13 @@ class Daemon:
                     worker.join(max(0.0, grace_ends - time.monotonic()))
             self.keys.close()
             self._join(self.workers, timeout)
-            drained = self.queues.drain(drain_reason)
+            drained = self.queues.drain(drain_outcome, drain_detail)
             if drained and self.queues.keeps_unsent:
                 log.warning("%d requests not sent (%s): no final record, the next run of the same input takes them up",
                             drained, self._stop_reason)
             elif drained:
-                log.warning("%d queued requests buried in the graveyard (%s)", drained, drain_reason)
+                log.warning("%d queued requests buried in the graveyard (%s)", drained,
+                            drain_outcome.reason(drain_detail))
             self._stop_reports.set()
             self._join(self.reporters, timeout)
             if self.metrics_server is not None:
@@ -281,7 +284,7 @@ class Daemon:
                 stop_reason=self._stop_reason,
                 retired_keys=self.keys.retired(),
                 reached_exchange=self.outage.state().ever_answered,
-                graveyard_by_reason=self.graveyard.by_reason(),
+                graveyard_by_outcome=self.graveyard.by_outcome(),
                 threads_died=[t.name for t in self.threads if t.failure is not None],
                 threads_alive=[t.name for t in self.threads if t.is_alive()],
             )

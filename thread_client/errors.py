@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout", "ThreadClientError", "TransportError"]
+__all__ = [
+    "AnswerTimedOut", "ConfigError", "ConnectFailed", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
+    "NoAnswer", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
+]
 
 
 class ThreadClientError(Exception):
@@ -30,14 +33,49 @@ class LimiterClosed(ThreadClientError):
         self.key = key
 
 
-class TransportError(ThreadClientError):
-    """Raised when an HTTP attempt got no answer: ``kind`` is "timeout", "refused" (the request
-    surely never left) or "connection" (reset or dropped: it may have been processed)."""
+class SendOvertaken(ThreadClientError):
+    """Raised when a send is to be repeated with its own nonce, but a later send on the key has left
+    since: the repeat could only be refused, and its refusal would prove nothing."""
 
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
+    def __init__(self, key: str) -> None:
+        super().__init__(f"a later send on {key} overtook the one to repeat")
+        self.key = key
+
+
+class TransportError(ThreadClientError):
+    """Raised when an HTTP attempt got no answer; the subclass says what that means for the request.
+    ``detail`` is the cause in words, for the log and the record."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
         self.detail = detail
+
+
+class ConnectFailed(TransportError):
+    """Raised when no connection could be made (refused, name not resolved, TLS handshake, connect
+    timeout): nothing was sent, the request's slot is free at once."""
+
+
+class StaleConnection(TransportError):
+    """Raised when a reused keep-alive connection failed before any byte of the answer (the server had
+    closed it): the server never answered, so the same nonce may be sent again."""
+
+
+class NoAnswer(TransportError):
+    """Raised when the request was written and no answer came: it may have been processed."""
+
+
+class AnswerTimedOut(NoAnswer):
+    """Raised when no answer came within the HTTP timeout."""
+
+
+class ResetAfterSend(NoAnswer):
+    """Raised when the connection was dropped or reset after the request was written."""
+
+
+class StoreUnavailable(ThreadClientError):
+    """Raised when the shared store cannot be reached, or refuses a write (down, out of memory): the
+    caller waits for it, never drops what it was writing."""
 
 
 class KeyInUse(ThreadClientError):

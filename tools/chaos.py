@@ -167,7 +167,7 @@ def play(scenario: Scenario, workdir: Path) -> list[tuple[str, bool]]:
     reasons = {record["reason"] for record in records}
     print(f"  client: accepted {summary['accepted']} of {summary['created']} created, retries {summary['retries']},"
           f" ambiguous {summary['ambiguous_attempts']}, stale connections {summary['stale_connections']},"
-          f" expired {summary['expired']}, graveyard {summary['graveyard_by_reason'] or 'empty'}, exit {exit_code}")
+          f" expired {summary['expired']}, graveyard {summary['graveyard_by_outcome'] or 'empty'}, exit {exit_code}")
     print(f"  server: accepted {run.accepted} (all its runs), rate limited {run.rate_limited},"
           f" duplicates {run.duplicates}, blocked keys {len(run.blocked)}", flush=True)
     checks = [

@@ -45,7 +45,7 @@ def test_a_wrong_endpoint_stops_at_once_with_exit_2_and_fails_no_request(start_s
     assert len(loud) == 1 and f"{wrong}/api/request" in loud[0] and "404" in loud[0] and "--url" in loud[0]
     assert summary["stop_reason"] == "endpoint not found" and summary["duration_s"] < 10
     assert summary["identity_holds"] and summary["retries"] == 0
-    assert graveyard_reasons(tmp_path) == {"stopped: endpoint not found"}
+    assert graveyard_reasons(tmp_path) == {"shutdown: endpoint not found"}
 
 
 def test_a_proxys_html_429_is_a_strike_that_holds_the_key(start_server, tmp_path):

@@ -6,7 +6,6 @@ import http.client
 import json
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -73,7 +72,7 @@ def test_all_keys_blocked_buries_everything_and_exits_non_zero(start_server, tmp
     assert result.returncode == 3
     assert summary["stop_reason"] == "all keys retired" and summary["accepted"] == 0
     assert summary["identity_holds"] and summary["graveyard"] == summary["created"] > 0
-    assert summary["graveyard_by_reason"].get("all keys retired", 0) > 0
+    assert summary["graveyard_by_outcome"].get("key_blocked", 0) > 0
     assert "every API key is retired" in result.stdout
 
 
@@ -94,7 +93,7 @@ def test_server_down_at_start_then_up(start_server, client_process, tmp_path):
     assert_clean_run(summary, server.stats())
     # Backoff: a request's retries span ~3 s at least (0.1 + 0.2 + 0.4 + 0.8 + 1.6), so an outage
     # this short buries nothing; retries burnt in milliseconds would have exhausted them.
-    assert not any(reason.startswith("retries exhausted") for reason in summary["graveyard_by_reason"])
+    assert "retries_exhausted" not in summary["graveyard_by_outcome"]
 
 
 def test_server_restart_mid_run_and_client_restart(start_server, client_process, tmp_path):
@@ -133,7 +132,7 @@ def test_sigkill_leaves_a_valid_graveyard_file(start_server, client_process, tmp
     server = start_server("--max-latency-ms", "0", "--fail-rate", "1.0")
     client = client_process(server, tmp_path, "--load", "saturate", "--max-retries", "0")
     graveyard = tmp_path / GRAVEYARD_FILE
-    wait_for(lambda: graveyard.exists() and graveyard.stat().st_size > 20_000)
+    wait_for(lambda: graveyard.exists() and graveyard.read_bytes().count(b"\n") > 100)
     client.kill()
     client.communicate(timeout=30)
     text = graveyard.read_text()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import read_summary, run_client
+from conftest import run_client
 from thread_client.config import Config
 from thread_client.daemon import Daemon
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.sources import SyntheticSource
-from thread_client.io.transport import Transport
-from thread_client.limits.keys import ApiKey, KeyPool
+from thread_client.io.transport import HttpTransport
+from thread_client.limits.keys import ApiKey, HostKeyPool
 from thread_client.policy.retry import RetryPolicy
 
 
@@ -19,7 +19,7 @@ class WorkerKilled(BaseException):
     """Not an Exception: escapes the worker's own handler, as a bug in the wrong place would."""
 
 
-class DeadlyTransport(Transport):
+class DeadlyTransport(HttpTransport):
     """A real transport whose ``send`` kills its worker on the calls listed in ``deadly`` (1-based)."""
 
     def __init__(self, *args, deadly: set[int] | None = None, **kwargs) -> None:
@@ -37,14 +37,14 @@ class DeadlyTransport(Transport):
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
     config = Config(url=server.url, duration=duration, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
                     metrics_interval=1)
-    keys = KeyPool.local(config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window, order_latency=config.order_latency,
-                         unanswered_hold=config.http_timeout)
+    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
+                            order_latency=config.order_latency, unanswered_hold=config.http_timeout)
     victim = next(iter(keys))
 
-    def transports(key: ApiKey) -> Transport:
+    def transports(key: ApiKey) -> HttpTransport:
         if key is victim:
             return DeadlyTransport(config.url, key.secret, config.http_timeout, deadly=deadly_for_first_key)
-        return Transport(config.url, key.secret, config.http_timeout)
+        return HttpTransport(config.url, key.secret, config.http_timeout)
 
     return Daemon(config, source=SyntheticSource("saturate"), graveyard=Graveyard(config.graveyard), keys=keys,
                   transports=transports, policy=RetryPolicy(), max_restarts=3)
@@ -58,7 +58,7 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost(fast_server, tmp_path,
     assert restarted == {"worker-UT4N-0": 2, "worker-UT4N-1": 2}  # each has its own transport, killed twice
     assert any("restarting it" in r.getMessage() and r.exc_info for r in caplog.records)
     assert summary.exit_code == 0 and summary.counts.balanced and not summary.threads_died
-    assert summary.counts.in_flight == 0 and summary.graveyard_by_reason.keys() <= {"shutdown"}
+    assert summary.counts.in_flight == 0 and summary.graveyard_by_outcome.keys() <= {"shutdown"}
     assert fast_server.stats()["totals"]["accepted"] == summary.counts.accepted > 0
     assert all(not thread.is_alive() for thread in daemon.threads)
 

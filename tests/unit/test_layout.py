@@ -1,4 +1,5 @@
-"""The package layout holds: no import cycle between modules, and the product never imports its tooling."""
+"""The package layout holds: no import cycle, the product never imports its tooling, the request on the ground
+floor, the edges never reach into the flow, and the flow never imports what reports on it."""
 
 from __future__ import annotations
 
@@ -88,3 +89,37 @@ def test_every_sub_package_says_what_lives_there():
     for init in (REPO_ROOT / "thread_client").glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text()))
         assert docstring and len(docstring.splitlines()) == 1, init
+
+
+def imports_into(graph: dict[str, set[str]], importers: str, imported: str) -> dict[str, set[str]]:
+    """For every module under ``importers``, the modules under ``imported`` it imports (if any)."""
+    found = {}
+    for module, targets in graph.items():
+        bad = {target for target in targets if target.startswith(imported)}
+        if module.startswith(importers) and bad:
+            found[module] = bad
+    return found
+
+
+def test_the_request_is_on_the_ground_floor_and_the_parts_stand_on_it():
+    graph = project_graph()
+    assert graph["thread_client.request"] == set()  # every layer imports it; it imports none of them
+    # The Protocols name the request and (for type checking only) the key a pool holds: nothing of the flow.
+    assert graph["thread_client.parts"] <= {"thread_client.request", "thread_client.limits.keys"}
+
+
+def test_the_edges_never_reach_into_the_flow():
+    # Sources, sinks, journals and transports (io/, cluster/) serve the flow; they never import it.
+    graph = project_graph()
+    assert imports_into(graph, "thread_client.io", "thread_client.flow") == {}
+    assert imports_into(graph, "thread_client.cluster", "thread_client.flow") == {}
+
+
+def test_the_flow_reports_through_its_listener_and_imports_nothing_that_reports_on_it():
+    # Metrics, reports, the summary, the status and Prometheus listen to the flow or read it from above.
+    assert imports_into(project_graph(), "thread_client.flow", "thread_client.observe") == {}
+
+
+def test_the_rule_checker_sees_a_forbidden_import():
+    graph = {"thread_client.io.x": {"thread_client.flow.worker", "thread_client.request"}}
+    assert imports_into(graph, "thread_client.io", "thread_client.flow") == {"thread_client.io.x": {"thread_client.flow.worker"}}

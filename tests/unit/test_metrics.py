@@ -65,14 +65,14 @@ def test_memory_is_bounded_after_a_million_records():
     outcomes = [Outcome.ACCEPTED] * 9 + [Outcome.TIMEOUT]
     rng = random.Random(5)
     for n in range(1000):
-        metrics.record_attempt(keys[n % 5], outcomes[n % 10], rng.random())
-        metrics.record_accepted(rng.random() * 3)
+        metrics.attempted(keys[n % 5], outcomes[n % 10], rng.random())
+        metrics.accepted(rng.random() * 3)
     gc.collect()
     objects_before = len(gc.get_objects())
     for n in range(1_000_000):
         seconds = rng.random()
-        metrics.record_attempt(keys[n % 5], outcomes[n % 10], seconds)
-        metrics.record_accepted(seconds * 3)
+        metrics.attempted(keys[n % 5], outcomes[n % 10], seconds)
+        metrics.accepted(seconds * 3)
     gc.collect()
     # Two histograms of ~700 counters and a few counters per key: tens of KiB, whatever the count.
     assert deep_size(metrics) < 64 * 1024
@@ -86,8 +86,8 @@ def test_metrics_counts_are_exact_under_threads():
 
     def hammer() -> None:
         for _ in range(5000):
-            metrics.record_attempt("k", Outcome.ACCEPTED, 0.01)
-            metrics.record_retry()
+            metrics.attempted("k", Outcome.ACCEPTED, 0.01)
+            metrics.retried()
 
     threads = [threading.Thread(target=hammer) for _ in range(8)]
     for thread in threads:
@@ -103,8 +103,8 @@ def test_expiry_is_counted_apart_from_failed_attempts_and_ambiguous_ones_are_nam
     metrics = Metrics()
     for outcome in [Outcome.ACCEPTED, Outcome.EXPIRED, Outcome.EXPIRED, Outcome.TIMEOUT, Outcome.BAD_ANSWER,
                     Outcome.SERVER_ERROR, Outcome.UNREACHABLE]:
-        metrics.record_attempt("k", outcome)
-    metrics.record_stale_connection()
+        metrics.attempted("k", outcome)
+    metrics.stale_connection()
     snapshot = metrics.snapshot()
     assert (snapshot.accepted, snapshot.expired, snapshot.failed) == (1, 2, 4)
     assert (snapshot.ambiguous, snapshot.stale_connections) == (2, 1)

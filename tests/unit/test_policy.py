@@ -8,6 +8,7 @@ import pytest
 
 from thread_client.policy.answers import Outcome, Reading, classify
 from thread_client.policy.retry import Action, KeyStep, RequestStep, RetryPolicy
+from thread_client.request import FinalOutcome
 
 
 def policy(**kwargs) -> RetryPolicy:
@@ -91,7 +92,7 @@ def test_a_failure_is_retried_after_a_backoff_until_the_budget_is_spent(outcome)
     assert 0.1 <= first.delay <= 0.2
     assert retry.decide(outcome, failures=1).request is RequestStep.RETRY
     last = retry.decide(outcome, failures=2)
-    assert (last.request, last.reason) == (RequestStep.BURY, f"retries exhausted: {outcome.value}")
+    assert (last.request, last.final, last.reason) == (RequestStep.BURY, FinalOutcome.RETRIES_EXHAUSTED, outcome.value)
 
 
 def test_an_invalid_nonce_resyncs_the_key_and_retries():
@@ -101,7 +102,7 @@ def test_an_invalid_nonce_resyncs_the_key_and_retries():
 
 def test_any_other_400_rejects_the_request_for_good():
     action = policy(max_retries=5).decide(Outcome.REJECTED, failures=0, detail="amount too large")
-    assert action == Action(RequestStep.BURY, reason="rejected: amount too large")
+    assert action == Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason="amount too large")
 
 
 @pytest.mark.parametrize("outcome", [Outcome.KEY_BLOCKED, Outcome.INVALID_KEY, Outcome.FORBIDDEN])

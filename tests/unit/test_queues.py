@@ -11,7 +11,7 @@ import pytest
 from thread_client.flow.delay_queue import DelayQueue
 from thread_client.io.graveyard import Graveyard
 from thread_client.flow.queues import QueueManager
-from thread_client.flow.request import Request
+from thread_client.request import FinalOutcome, Request
 
 
 def new_request(req_id: int, clock) -> Request:
@@ -73,7 +73,8 @@ def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(m
         clock.advance(1.0)
         assert manager.requeue_ready(stop, timeout=0)
         request = manager.take(timeout=0)
-    manager.bury(request, "retries exhausted: timeout", failure="timeout")
+    request.note_attempt("UT4N...JYA6", 3, None, b"")
+    manager.bury(request, FinalOutcome.RETRIES_EXHAUSTED, "timeout", failure="timeout")
     counts = manager.counts()
     assert (counts.created, counts.graveyard, counts.in_flight, counts.balanced) == (1, 1, 0, True)
     manager.graveyard.close()
@@ -81,7 +82,7 @@ def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(m
     assert len(records) == 1
     assert records[0]["req_id"] == "7"
     assert records[0]["reason"] == "retries exhausted: timeout"
-    assert records[0]["attempts"] == 3
+    assert (records[0]["outcome"], records[0]["attempts"]) == ("retries_exhausted", 1)  # as in the results
     assert records[0]["buried"] >= records[0]["created"] > 0
 
 
@@ -94,10 +95,10 @@ def test_backpressure_and_shutdown_account_for_everything(manager, clock):
     taken = manager.take(timeout=0)
     manager.retry(taken, "timeout", delay=5.0)
     manager.accept(manager.take(timeout=0))
-    assert manager.drain("shutdown") == 3
+    assert manager.drain() == 3
     counts = manager.counts()
     assert counts.balanced and (counts.created, counts.accepted, counts.graveyard) == (5, 1, 4)
-    assert manager.graveyard.by_reason() == {"shutdown": 4}
+    assert manager.graveyard.by_outcome() == {"shutdown": 4}
     assert "created 5 == accepted 1 + graveyard 4" in counts.identity()
 
 
@@ -113,7 +114,7 @@ def test_hand_back_costs_no_attempt(manager, clock):
 def test_graveyard_lines_stay_whole_under_threads(tmp_path, clock):
     graveyard = Graveyard(tmp_path / "g.jsonl")
     threads = [
-        threading.Thread(target=lambda n=n: [graveyard.bury(new_request(n * 1000 + i, clock), "expired") for i in range(200)])
+        threading.Thread(target=lambda n=n: [graveyard.bury(new_request(n * 1000 + i, clock), FinalOutcome.SHUTDOWN) for i in range(200)])
         for n in range(4)
     ]
     for thread in threads:
@@ -123,4 +124,4 @@ def test_graveyard_lines_stay_whole_under_threads(tmp_path, clock):
     graveyard.close()
     lines = (tmp_path / "g.jsonl").read_text().splitlines()
     assert len(lines) == 800 and len({json.loads(line)["req_id"] for line in lines}) == 800
-    assert len(graveyard) == 800 and graveyard.by_reason() == {"expired": 800}
+    assert len(graveyard) == 800 and graveyard.by_outcome() == {"shutdown": 800}

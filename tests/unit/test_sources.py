@@ -7,10 +7,11 @@ import threading
 
 import pytest
 
-from thread_client.flow.request import Request
-from thread_client.io.results import FINAL_OUTCOMES, Results, final_outcome
+from thread_client.request import Request
+from thread_client.io.results import Results
 from thread_client.io.seen_ids import SeenIds
-from thread_client.io.sources import InvalidInput, JsonLinesSource, Work, parse_line
+from thread_client.io.sources import JsonLinesSource
+from thread_client.request import FinalOutcome, InvalidInput, Work, parse_line
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -52,14 +53,13 @@ def test_a_stop_ends_the_reading():
     assert list(JsonLinesSource("/dev/null").read(stop)) == []
 
 
-@pytest.mark.parametrize("reason, outcome", [
-    ("retries exhausted: timeout", "retries_exhausted"), ("rejected: too big", "rejected"),
-    ("unknown: stopped before it was settled", "unknown"), ("invalid input: line 3: not JSON", "invalid_input"),
-    ("all keys retired", "key_blocked"), ("shutdown", "shutdown"), ("stopped: endpoint not found", "shutdown"),
+@pytest.mark.parametrize("outcome, detail, reason", [
+    (FinalOutcome.RETRIES_EXHAUSTED, "timeout", "retries exhausted: timeout"),
+    (FinalOutcome.INVALID_INPUT, "line 3: not JSON", "invalid input: line 3: not JSON"),
+    (FinalOutcome.SHUTDOWN, "", "shutdown"),
 ])
-def test_every_burial_reason_is_one_final_outcome(reason, outcome):
-    assert final_outcome(reason) == outcome
-    assert outcome in FINAL_OUTCOMES  # the results promise: every request ends in one of these
+def test_a_final_outcome_is_carried_as_a_value_and_worded_once(outcome, detail, reason):
+    assert outcome.reason(detail) == reason
 
 
 def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):
@@ -67,10 +67,10 @@ def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):
     results = Results(str(path), max_body_bytes=10)
     accepted = Request("a1", 0.0)
     accepted.note_attempt("UT4N...JYA6", 42, 200, b'{"ok": 1}')
-    results.record(accepted, "accepted")
+    results.record(accepted, FinalOutcome.ACCEPTED)
     refused = Request("a2", 0.0)
     refused.note_attempt("UT4N...JYA6", 43, 400, b"<html>a long refusal</html>")
-    results.record(refused, "rejected", "rejected: a long refusal")
+    results.record(refused, FinalOutcome.REJECTED, "a long refusal")
     results.close()
     first, second = (json.loads(line) for line in path.read_text().splitlines())
     assert (first["id"], first["outcome"], first["http_status"], first["body"]) == ("a1", "accepted", 200, {"ok": 1})

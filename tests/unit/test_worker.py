@@ -13,8 +13,8 @@ from thread_client.policy.retry import RetryPolicy
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.limits.limiter import ThreadSafeRateLimiter
-from thread_client.flow.request import Request
-from thread_client.io.transport import Answer
+from thread_client.request import Request
+from thread_client.parts import Answer
 from thread_client.flow.worker import Worker
 
 
@@ -39,8 +39,8 @@ def test_worker_survives_an_unexpected_exception(caplog):
     key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
     stop = threading.Event()
     transport = FlakyTransport()
-    worker = Worker(key, queues, Metrics(), transport, RetryPolicy(max_retries=3, backoff_base=0.01),
-                    OutageGate(), stop, poll=0.05)
+    worker = Worker(key, queues, transport, RetryPolicy(max_retries=3, backoff_base=0.01), OutageGate(), stop,
+                    poll=0.05)
     for req_id in (1, 2, 3):
         now = time.monotonic()
         queues.submit(Request(str(req_id), now), stop)
@@ -67,11 +67,11 @@ class BrokenMetrics(Metrics):
         super().__init__()
         self.failed = False
 
-    def record_accepted(self, end_to_end: float) -> None:
+    def accepted(self, end_to_end: float) -> None:
         if not self.failed:
             self.failed = True
             raise RuntimeError("bug after the request was routed")
-        super().record_accepted(end_to_end)
+        super().accepted(end_to_end)
 
 
 class AlwaysOk:
@@ -87,7 +87,7 @@ def test_an_error_after_a_request_was_routed_does_not_route_it_again():
     key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
     stop = threading.Event()
     metrics = BrokenMetrics()
-    worker = Worker(key, queues, metrics, AlwaysOk(), RetryPolicy(), OutageGate(), stop, poll=0.05)
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
     for req_id in ("1", "2"):
         queues.submit(Request(req_id, time.monotonic()), stop)
     worker.start()
@@ -112,7 +112,7 @@ def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
     stop = threading.Event()
     metrics = Metrics()
     transport = AlwaysOk()
-    worker = Worker(key, queues, metrics, transport, RetryPolicy(), OutageGate(), stop, poll=0.05)
+    worker = Worker(key, queues, transport, RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
     queues.submit(Request("1", time.monotonic()), stop)
     worker.start()
     requeuer = threading.Thread(target=lambda: [queues.requeue_ready(stop, timeout=0.05) for _ in iter(stop.is_set, True)])
@@ -133,7 +133,7 @@ def test_a_key_whose_hold_ends_takes_the_waiting_work_and_sends_it():
     key.limiter.hold(0.2)
     stop = threading.Event()
     metrics = Metrics()
-    worker = Worker(key, queues, metrics, AlwaysOk(), RetryPolicy(), OutageGate(), stop, poll=0.05)
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
     queues.submit(Request("1", time.monotonic()), stop)
     worker.start()
     deadline = time.monotonic() + 10

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..clock import Clock, monotonic
-from ..limits.keys import ApiKey, KeyPool, mask
+from ..limits.keys import ApiKey, BaseKeyPool, mask
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
 from .address import StoreAddress, store_errors
@@ -33,7 +33,7 @@ __all__ = ["LeasedKeyPool"]
 log = logging.getLogger(__name__)
 
 
-class LeasedKeyPool(KeyPool):
+class LeasedKeyPool(BaseKeyPool):
     """The configured keys, each usable only under its lease in the store at ``address``.
 
     ``lease_ttl``: how long a lease (and a heartbeat) lasts unrenewed; renewed every third of it.

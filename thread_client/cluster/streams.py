@@ -16,9 +16,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..errors import ConfigError, KeyNotHeld
-from ..flow.request import Request
+from ..request import Request
 from ..io.results import final_record
-from ..io.sources import InvalidInput, UnknownFate, Work, parse_line
+from ..request import InvalidInput, UnknownFate, Work, parse_line
 from .address import StoreAddress, store_errors
 
 if TYPE_CHECKING:

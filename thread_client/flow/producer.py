@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator, Protocol
+from typing import Callable
 
 from ..clock import Clock, monotonic
-from ..io.sources import InvalidInput, UnknownFate, Work
+from ..parts import RequestSource
+from ..request import FinalOutcome, InvalidInput, Request, UnknownFate
 from ..threads import ManagedThread
 from .queues import QueueManager
-from .request import Request
 
-__all__ = ["Producer", "RequestSource"]
-
-
-class RequestSource(Protocol):
-    """Anything the producer can read requests from."""
-
-    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
-        """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is set."""
-        ...
+__all__ = ["Producer"]
 
 
 class Producer(ManagedThread):
     """Runs until the source ends or ``stop`` is set. A line that is no request is recorded as
     ``invalid_input`` at once; a request caught by the stop while waiting for room in the main
-    queue is buried as "shutdown". When the source ends, it waits until every request taken in
-    has its final outcome and calls ``on_exhausted``."""
+    queue is buried as ``shutdown``, or left for the next run. When the source ends, it waits
+    until every request taken in has its final outcome and calls ``on_exhausted``."""
 
     def __init__(
         self,
@@ -47,10 +39,11 @@ class Producer(ManagedThread):
     def work(self) -> None:
         for item in self._source.read(self._stopping):
             if isinstance(item, InvalidInput):
-                reason = f"invalid input: {item.where}: {item.reason}"
-                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), reason)
+                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.INVALID_INPUT,
+                                    f"{item.where}: {item.reason}")
             elif isinstance(item, UnknownFate):
-                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), f"unknown: {item.reason}")
+                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
+                                    item.reason)
             elif not self._queues.submit(
                 Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt), self._stopping
             ):

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ..clock import Clock, monotonic
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
-from ..io.results import ResultSink, final_outcome
-from .request import Request
+from ..parts import ResultSink
+from ..request import FinalOutcome, Request
 
 __all__ = ["QueueCounts", "QueueManager"]
 
@@ -104,7 +104,7 @@ class QueueManager:
     def submit(self, request: Request, stop: threading.Event, poll: float = 0.25) -> bool:
         """Count ``request`` as created and queue it, blocking while the main queue is full.
 
-        Returns False if ``stop`` was set first; the request is then buried as "shutdown", or
+        Returns False if ``stop`` was set first; the request is then buried as ``shutdown``, or
         left for the next run if unsent requests are kept.
         """
         with self._lock:
@@ -114,7 +114,7 @@ class QueueManager:
         if self._keep_unsent:
             self._leave(1)
         else:
-            self._record_burial(request, "shutdown")
+            self._record_burial(request, FinalOutcome.SHUTDOWN)
             with self._lock:
                 self._count_finished()
         return False
@@ -144,7 +144,7 @@ class QueueManager:
     def accept(self, request: Request) -> None:
         """An in-flight request was accepted: its journey ends."""
         if self.results is not None:
-            self.results.record(request, "accepted")
+            self.results.record(request, FinalOutcome.ACCEPTED)
         with self._lock:
             self._accepted += 1
             self._in_flight -= 1
@@ -164,20 +164,20 @@ class QueueManager:
         with self._lock:
             self._in_flight -= 1
 
-    def bury(self, request: Request, reason: str, failure: str | None = None) -> None:
-        """An in-flight request ends in the graveyard; ``failure`` names the attempt that failed
-        last, if the burial follows one."""
+    def bury(self, request: Request, outcome: FinalOutcome, detail: str = "", failure: str | None = None) -> None:
+        """An in-flight request ends in the graveyard with ``outcome``; ``failure`` names the attempt
+        that failed last, if the burial follows one."""
         if failure is not None:
             request.note_failure(failure)
-        self._record_burial(request, reason)
+        self._record_burial(request, outcome, detail)
         with self._lock:
             self._in_flight -= 1
             self._count_finished()
 
-    def reject(self, request: Request, reason: str) -> None:
+    def reject(self, request: Request, outcome: FinalOutcome, detail: str) -> None:
         """A request that ends before this run could send it (a line that is no request, a send of
         an earlier run on a key this run does not drive): created and buried at once."""
-        self._record_burial(request, reason)
+        self._record_burial(request, outcome, detail)
         with self._lock:
             self._created += 1
             self._count_finished()
@@ -191,11 +191,11 @@ class QueueManager:
                 self._settled_all.wait(poll)  # the stop event cannot notify this condition: look at it again
             return True
 
-    def _record_burial(self, request: Request, reason: str) -> None:
+    def _record_burial(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
         """The final record of a request never accepted: the graveyard, and the results if kept."""
-        self.graveyard.bury(request, reason)
+        self.graveyard.bury(request, outcome, detail)
         if self.results is not None:
-            self.results.record(request, final_outcome(reason), reason)
+            self.results.record(request, outcome, detail)
 
     def _count_finished(self, requests: int = 1) -> None:
         """Called with the lock held."""
@@ -235,12 +235,12 @@ class QueueManager:
 
     # -- shutdown and metrics -------------------------------------------------
 
-    def drain(self, reason: str) -> int:
+    def drain(self, outcome: FinalOutcome = FinalOutcome.SHUTDOWN, detail: str = "") -> int:
         """Empty the main queue and the DLQ; returns how many. If unsent requests are kept (the
         user's resumable input), they are left for the next run whatever stopped this one (a
         signal, every key retired, a wrong endpoint): no final record, so a rerun of the same
         input after the cause is fixed sends them (those sent once marked as resumed). A local
-        decision never buries the user's work. Otherwise they are buried with ``reason``.
+        decision never buries the user's work. Otherwise they are buried with ``outcome``.
 
         Call once the threads that put into the queues are stopped, or more may arrive.
         """
@@ -255,7 +255,7 @@ class QueueManager:
             self._leave(len(requests))
             return len(requests)
         for request in requests:
-            self._record_burial(request, reason)
+            self._record_burial(request, outcome, detail)
         with self._lock:
             self._count_finished(len(requests))
         return len(requests)

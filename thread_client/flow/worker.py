@@ -7,25 +7,28 @@ import threading
 from typing import Callable
 
 from ..clock import Clock, monotonic
-from ..errors import KeyNotHeld, LimiterClosed, LimiterTimeout, TransportError
-from ..io.resume import Journal
-from ..io.transport import Transport
+from ..delivery import AT_LEAST_ONCE, Delivery
+from ..errors import (
+    AnswerTimedOut, ConnectFailed, KeyNotHeld, LimiterClosed, LimiterTimeout, SendOvertaken, StaleConnection,
+    TransportError,
+)
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
-from ..observe.metrics import Metrics
+from ..parts import Journal, Transport
 from ..policy.answers import Outcome, Reading, classify
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
+from ..request import Request
 from ..threads import ManagedThread
+from .listener import Listener
 from .outage import OutageGate
 from .queues import QueueManager
-from .request import Request
 
 __all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
-_NO_ANSWER = {"timeout": Outcome.TIMEOUT, "reset": Outcome.CONNECTION_RESET, "stale": Outcome.CONNECTION_RESET}
-# What a first send over a kept connection the server had closed reads as: worth one resend.
+# What a first send over a kept connection the server had closed reads as: ambiguous, and at-least-once
+# sends it once more with the same nonce.
 _STALE = Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request")
 
 
@@ -43,16 +46,16 @@ class Worker(ManagedThread):
         self,
         key: ApiKey,
         queues: QueueManager,
-        metrics: Metrics,
         transport: Transport,
         policy: RetryPolicy,
         outage: OutageGate,
         stop: threading.Event,
         *,
+        listener: Listener = Listener(),
+        delivery: Delivery = AT_LEAST_ONCE,
         index: int = 0,
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
-        exactly_once: bool = False,
         journal: Journal | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
@@ -61,14 +64,15 @@ class Worker(ManagedThread):
         super().__init__(f"worker-{key.secret[:4]}-{index}")
         self.key = key
         self._queues = queues
-        self._metrics = metrics
+        self._listener = listener
         self._transport = transport
         self._policy = policy
         self._outage = outage
         self._stopping = stop
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
-        self._exactly_once = exactly_once
+        # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
+        self._after_ambiguous = self._settle_ambiguous if delivery.settles_ambiguous else self._retry_ambiguous
         self._journal = journal
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
@@ -120,24 +124,37 @@ class Worker(ManagedThread):
             self.key.limiter.cancel(permit)
             self._hand_back(request)
             return
-        nonce, sent_at = permit.nonce, self._clock()
+        sent_at = self._clock()
         try:
-            reading, retry_after = self._exchange(permit, nonce, request, resend=False)
+            reading, retry_after = self._exchange(permit, request)
         except KeyNotHeld:  # the journal could not be written: nothing left, another try later
             self._hand_back(request)
             return
         if reading is _STALE:
-            self._metrics.record_stale_connection()
-            if not self._exactly_once:  # exactly-once settles it below, like any other ambiguous attempt
-                reading, retry_after = self._resend_after_stale(permit, request)
-                if reading is None:
-                    return
+            self._listener.stale_connection()
+        if reading.outcome.ambiguous:
+            reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
+        self._conclude(request, reading, retry_after, sent_at)
+
+    def _retry_ambiguous(
+        self, first: Permit, request: Request, reading: Reading, retry_after: float | None, sent_at: float
+    ) -> tuple[Reading, float | None]:
+        """At-least-once: a kept connection closed under the request is sent once more with the same
+        nonce; any other ambiguous attempt stays what it is, and the policy retries it under a fresh one."""
+        if reading is _STALE:
+            reading, retry_after = self._resend_after_stale(first, request)
         if reading.outcome.ambiguous:
             request.ambiguous += 1
-            if self._exactly_once:
-                self._metrics.record_attempt(self.key.name, reading.outcome, self._clock() - sent_at)
-                reading, retry_after = self._settle(permit, request), None
-        self._conclude(request, reading, retry_after, sent_at)
+        return reading, retry_after
+
+    def _settle_ambiguous(
+        self, first: Permit, request: Request, reading: Reading, retry_after: float | None, sent_at: float
+    ) -> tuple[Reading, float | None]:
+        """Exactly-once: the first copy may have been accepted; the attempt is counted as it came, and
+        the same nonce is asked again until the answer settles it (``_settle``)."""
+        request.ambiguous += 1
+        self._listener.attempted(self.key.name, reading.outcome, self._clock() - sent_at)
+        return self._settle(first, request), None
 
     def _settle_earlier_send(self, request: Request, nonce: int) -> None:
         """Exactly-once, first thing after a restart: the earlier run's last send on this key went
@@ -153,7 +170,7 @@ class Worker(ManagedThread):
         finished_at = self._clock()
         outcome = reading.outcome
         round_trip = finished_at - sent_at
-        self._metrics.record_attempt(self.key.name, outcome, round_trip)
+        self._listener.attempted(self.key.name, outcome, round_trip)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, request.nonce,
                       self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
@@ -164,7 +181,7 @@ class Worker(ManagedThread):
         if action.request is RequestStep.ACCEPT:
             self._queues.accept(request)
             self._holding = None
-            self._metrics.record_accepted(finished_at - request.created_at)
+            self._listener.accepted(finished_at - request.created_at)
             return
         self._carry_out(request, reading, action, retry_after)
 
@@ -194,31 +211,28 @@ class Worker(ManagedThread):
                 limiter.cancel(permit)
                 return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} ended before nonce {first.nonce} "
                                                 "was settled")
-            reading, _ = self._exchange(permit, first.nonce, request, resend=True)
+            reading, _ = self._exchange(permit, request)
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
             if reading.outcome is Outcome.INVALID_NONCE:
                 return Reading(Outcome.ACCEPTED, "accepted by an earlier copy (its nonce is spent)")
-            self._metrics.record_attempt(self.key.name, reading.outcome)
+            self._listener.attempted(self.key.name, reading.outcome)
             if reading.outcome.ambiguous:
                 request.ambiguous += 1
         return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
 
-    def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading | None, float | None]:
-        """At-least-once, a reused connection the server had closed: send the same nonce once more,
-        on a fresh connection, under a new permit (the first copy may have spent a slot). The same
-        nonce is safe only if no other send on the key came in between (the new permit is the very
-        next); otherwise the first attempt stays what it is, ambiguous. A 400 invalid nonce then
-        says the first copy was accepted, unless another thread's later nonce overtook the resend
-        (the order rule's bet): ambiguous too. The resend is not an attempt. None: the request was
-        routed meanwhile (expired, key closed)."""
-        permit = self._acquire(request)
-        if permit is None:
-            return None, None
-        if permit.sequence != first.sequence + 1:
-            self.key.limiter.cancel(permit)
+    def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading, float | None]:
+        """At-least-once, a kept connection the server had closed under the request: send the same
+        nonce once more, on a fresh connection, in a slot of its own (the first copy may have spent
+        one), while the key has sent nothing after it. A 400 invalid nonce then says the first copy
+        was accepted, unless another thread's later nonce overtook the resend (the order rule's bet):
+        ambiguous, as the first attempt stays if no slot comes within the request's time-to-live
+        or a later send left first. The resend is not an attempt of its own."""
+        try:
+            permit = self.key.limiter.acquire(max(0.0, request.deadline - self._clock()), resend_of=first)
+        except (LimiterTimeout, LimiterClosed, SendOvertaken, KeyNotHeld):
             return _STALE, None
-        reading, retry_after = self._exchange(permit, first.nonce, request, resend=True)
+        reading, retry_after = self._exchange(permit, request)
         if reading.outcome is Outcome.INVALID_NONCE:
             return Reading(Outcome.CONNECTION_RESET, "the first copy over the closed connection may have been accepted"), None
         return reading, retry_after
@@ -252,7 +266,7 @@ class Worker(ManagedThread):
             if self._clock() < request.deadline:
                 self._hand_back(request)
                 return None
-            self._metrics.record_attempt(self.key.name, Outcome.EXPIRED)
+            self._listener.attempted(self.key.name, Outcome.EXPIRED)
             expired = Reading(Outcome.EXPIRED)
             self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))
         except (LimiterClosed, KeyNotHeld):
@@ -265,38 +279,39 @@ class Worker(ManagedThread):
         self._queues.hand_back(request)
         self._holding = None
 
-    def _exchange(self, permit: Permit, nonce: int, request: Request, resend: bool) -> tuple[Reading, float | None]:
-        """Send once and give the permit back as the outcome allows. Returns the reading and the
-        Retry-After; ``_STALE`` for a first send over a stale connection, worth one resend."""
+    def _exchange(self, permit: Permit, request: Request) -> tuple[Reading, float | None]:
+        """Send ``permit``'s nonce once and give the permit back as the outcome allows. Returns the
+        reading and the Retry-After; ``_STALE`` for a first send over a stale connection."""
         limiter = self.key.limiter
-        if self._journal is not None and not resend:  # a resend repeats a send already written down
+        if self._journal is not None and not permit.resend:  # a resend repeats a send already written down
             try:
-                self._journal.sending(request, self.key.name, nonce)
+                self._journal.sending(request, self.key.name, permit.nonce)
             except KeyNotHeld:
                 limiter.cancel(permit)
                 raise
         try:
-            answer = self._transport.send(nonce, request.req_id, request.params)
+            answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:
-            request.note_attempt(self.key.name, nonce, None, b"")
-            if exc.kind == "unreachable":
+            request.note_attempt(self.key.name, permit.nonce, None, b"")
+            if isinstance(exc, ConnectFailed):
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
                 self._outage.failed(exc.detail)
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
             limiter.release(permit, answered_at=None)
-            if exc.kind == "stale" and not resend:
+            if isinstance(exc, StaleConnection) and not permit.resend:
                 return _STALE, None
-            self._outage.failed("timeouts" if exc.kind == "timeout" else "connections reset")
-            return Reading(_NO_ANSWER[exc.kind], exc.detail), None
+            timed_out = isinstance(exc, AnswerTimedOut)
+            self._outage.failed("timeouts" if timed_out else "connections reset")
+            return Reading(Outcome.TIMEOUT if timed_out else Outcome.CONNECTION_RESET, exc.detail), None
         except BaseException:
             limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
             raise
-        request.note_attempt(self.key.name, nonce, answer.status, answer.body)
+        request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
         reading = classify(answer.status, answer.body, request.req_id)
         limiter.release(permit, self._clock(), accepted=reading.outcome is Outcome.ACCEPTED)
         self._outage.answered()
         if answer.replaced_stale:
-            self._metrics.record_stale_connection()
+            self._listener.stale_connection()
         return reading, answer.retry_after
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:
@@ -326,7 +341,7 @@ class Worker(ManagedThread):
         elif action.request is RequestStep.HAND_BACK:
             self._queues.hand_back(request)
         else:
-            self._queues.bury(request, action.reason, failure=outcome.value)
+            self._queues.bury(request, action.final, action.reason, failure=outcome.value)
         self._holding = None
         if action.request is RequestStep.RETRY and action.spend:
-            self._metrics.record_retry()
+            self._listener.retried()

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..flow.request import Request
+from ..request import FinalOutcome, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
 __all__ = ["Graveyard"]
@@ -16,9 +16,9 @@ __all__ = ["Graveyard"]
 
 class Graveyard(JsonLinesOutput):
     """The requests never accepted, one JSON line each (``JsonLinesFile``: whole lines, nothing lost on
-    a failed write), and their counts by reason in memory. Safe to call from many threads.
+    a failed write), and their counts by outcome in memory. Safe to call from many threads.
 
-    Memory stays bounded: only the counts by reason are kept, the file is the record.
+    Memory stays bounded: only the counts by outcome are kept, the file is the record.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
@@ -26,29 +26,31 @@ class Graveyard(JsonLinesOutput):
         self._file = JsonLinesFile(self.path) if self.path else None
         # Guards the counts.
         self._lock = threading.Lock()
-        self._by_reason: collections.Counter[str] = collections.Counter()
+        self._by_outcome: collections.Counter[str] = collections.Counter()
 
     def __repr__(self) -> str:
         return f"<Graveyard {self.path} buried={len(self)}>"
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(self._by_reason.values())
+            return sum(self._by_outcome.values())
 
-    def bury(self, request: Request, reason: str) -> None:
+    def bury(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
         with self._lock:
-            self._by_reason[reason.split(":")[0]] += 1
+            self._by_outcome[outcome.value] += 1
         if self._file:
             self._file.append({
                 "req_id": request.req_id,
-                "reason": reason,
-                "attempts": request.failures,
+                "outcome": outcome.value,
+                "reason": outcome.reason(detail),
+                "attempts": request.attempts,
                 "ambiguous_attempts": request.ambiguous,
                 "last_failure": request.last_failure,
                 "created": round(request.created_wall, 6),
                 "buried": round(time.time(), 6),
             })
 
-    def by_reason(self) -> dict[str, int]:
+    def by_outcome(self) -> dict[str, int]:
+        """Burials by final outcome (``{"shutdown": 13, "retries_exhausted": 2}``)."""
         with self._lock:
-            return dict(self._by_reason)
+            return dict(self._by_outcome)

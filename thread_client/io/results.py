@@ -4,42 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable, Protocol
 
-from ..flow.request import Request
+from ..request import FinalOutcome, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
-__all__ = ["FINAL_OUTCOMES", "ResultSink", "Results", "final_outcome", "final_record"]
-
-#: Every request ends in exactly one of these.
-FINAL_OUTCOMES = (
-    "accepted", "rejected", "retries_exhausted", "expired", "invalid_input", "key_blocked", "shutdown", "unknown",
-)
-# The burial reasons the policy and the daemon give, by their first words, and the outcome each is.
-_OUTCOME_OF_REASON = {
-    "retries exhausted": "retries_exhausted", "rejected": "rejected", "unknown": "unknown",
-    "invalid input": "invalid_input", "all keys retired": "key_blocked", "shutdown": "shutdown", "stopped": "shutdown",
-}
-
-
-def final_outcome(reason: str) -> str:
-    """The outcome a burial reason stands for (``retries exhausted: timeout`` -> ``retries_exhausted``)."""
-    return _OUTCOME_OF_REASON.get(reason.split(":")[0], "shutdown")
-
-
-class ResultSink(Protocol):
-    """Where final records go: a JSON-lines file (``Results``) or a results stream."""
-
-    path: str
-
-    def record(self, request: Request, outcome: str, reason: str = "") -> None: ...
-    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
-    def unwritten(self) -> list[str]: ...
-    def close(self) -> None: ...
+__all__ = ["Results", "final_record"]
 
 
 class Results(JsonLinesOutput):
-    """One JSON line per finished request in ``path`` (``-``: standard output), through a
+    """A ``ResultSink``: one JSON line per finished request in ``path`` (``-``: standard output), through a
     ``JsonLinesFile`` (whole lines, nothing lost on a failed write). The exchange's answer is kept
     as JSON when it is JSON, else as text, cut at ``max_body_bytes``. ``durable``: each record is
     on the disk before ``record`` returns (exactly-once needs it before the key's next send)."""
@@ -52,18 +25,18 @@ class Results(JsonLinesOutput):
     def __repr__(self) -> str:
         return f"<Results {self.path}>"
 
-    def record(self, request: Request, outcome: str, reason: str = "") -> None:
+    def record(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
         """Write the final record of ``request``."""
-        self._file.append(final_record(request, outcome, reason, self._max_body))
+        self._file.append(final_record(request, outcome, detail, self._max_body))
 
 
-def final_record(request: Request, outcome: str, reason: str, max_body_bytes: int) -> dict:
+def final_record(request: Request, outcome: FinalOutcome, detail: str, max_body_bytes: int) -> dict:
     """The one record a request ends with, as every results sink writes it (a file, a stream)."""
     finished = time.time()
     return {
         "id": request.req_id,
-        "outcome": outcome,
-        "reason": reason,
+        "outcome": outcome.value,
+        "reason": outcome.reason(detail) if outcome is not FinalOutcome.ACCEPTED else "",
         "http_status": request.http_status,
         "body": _readable_body(request.body, max_body_bytes),
         "attempts": request.attempts,

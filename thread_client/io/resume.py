@@ -7,30 +7,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Iterator
 
-from ..flow.request import Request
+from ..request import Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
-__all__ = ["EarlierSend", "Journal", "ResumePoint", "SendJournal"]
-
-
-class Journal(Protocol):
-    """Where each send is written down before it leaves: a file next to the results, or the work
-    stream's store. ``sending`` raises KeyNotHeld if it cannot be written (then nothing is sent)."""
-
-    def sending(self, request: Request, key: str, nonce: int) -> None: ...
-    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
-    def unwritten(self) -> list[str]: ...
-    def close(self) -> None: ...
+__all__ = ["EarlierSend", "ResumePoint", "SendJournal"]
 
 
 class SendJournal(JsonLinesOutput):
-    """``<results>.sent``: one line (id, key, nonce, params) written before each send, so a restart
-    can tell the requests that may have reached the exchange from those that never left, and send
-    the last one of each key again with its own nonce. ``durable``: each line is on the disk before
-    its send leaves (group-committed), so even a power loss cannot hide a send."""
+    """A ``Journal``: ``<results>.sent``, one line (id, key, nonce, params) written before each send,
+    so a restart can tell the requests that may have reached the exchange from those that never
+    left, and send the last one of each key again with its own nonce. ``durable``: each line is on
+    the disk before its send leaves (group-committed), so even a power loss cannot hide a send."""
 
     def __init__(self, results_path: str, *, durable: bool = False) -> None:
         self.path = f"{results_path}.sent"

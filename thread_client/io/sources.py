@@ -3,53 +3,16 @@
 from __future__ import annotations
 
 import itertools
-import json
-import math
 import random
 import sys
 import threading
-from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Iterator
 
+from ..request import InvalidInput, Work, parse_line
 from .resume import ResumePoint
 from .seen_ids import SeenIds
 
-__all__ = ["LOADS", "RESERVED_PARAMS", "InvalidInput", "JsonLinesSource", "SyntheticSource", "UnknownFate", "Work", "parse_line"]
-
-#: Names the contract uses itself: a request's own parameters may not take them.
-RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
-_MAX_ID_LENGTH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings."""
-
-    id: str
-    params: dict[str, str] = field(default_factory=dict)
-    resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
-    receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
-
-
-@dataclass(frozen=True, slots=True)
-class InvalidInput:
-    """A line that is no request: never sent, recorded as ``invalid_input`` with where it was
-    (``line 12``, ``entry 1700000000000-0``)."""
-
-    where: str
-    id: str
-    reason: str
-    receipt: str | None = None  # as Work's: acknowledged with the invalid_input record
-
-@dataclass(frozen=True, slots=True)
-class UnknownFate:
-    """A request an earlier holder may have sent, whose fate cannot be settled here (exactly-once never
-    sends it again): recorded ``unknown`` with ``reason``."""
-
-    id: str
-    reason: str
-    receipt: str | None = None
-
+__all__ = ["LOADS", "JsonLinesSource", "SyntheticSource"]
 
 #: "exercise": the original load, a request then a sleep of randint(0, 21) ms (~91-95/s offered).
 #: "saturate": no sleep; the main queue stays full, to measure capacity.
@@ -147,40 +110,3 @@ class JsonLinesSource:
                 return
             elif stop.wait(self._poll):
                 return
-
-
-def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
-    """One line read against the request format; never raises. ``where`` names it in the reason;
-    ``receipt`` goes with the result, valid or not."""
-    item = _read_request(raw, where)
-    return replace(item, receipt=receipt) if receipt is not None else item
-
-
-def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return InvalidInput(where, "", "not JSON")
-    if not isinstance(value, dict):
-        return InvalidInput(where, "", "not a JSON object")
-    request_id = value.get("id")
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= _MAX_ID_LENGTH:
-        return InvalidInput(where, "", f"no \"id\" string of 1 to {_MAX_ID_LENGTH} characters")
-    unknown = set(value) - {"id", "params"}
-    if unknown:
-        return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
-    params = value.get("params", {})
-    if not isinstance(params, dict):
-        return InvalidInput(where, request_id, "\"params\" is not an object")
-    reserved = RESERVED_PARAMS & set(params)
-    if reserved:
-        return InvalidInput(where, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
-    as_text = {}
-    for name, scalar in params.items():
-        if isinstance(scalar, bool):
-            as_text[name] = "true" if scalar else "false"
-        elif isinstance(scalar, str) or (isinstance(scalar, (int, float)) and math.isfinite(scalar)):
-            as_text[name] = str(scalar)
-        else:
-            return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
-    return Work(request_id, as_text)

@@ -9,14 +9,14 @@ import select
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from urllib.parse import quote, urlencode, urlsplit
 
 from ..clock import Clock, monotonic
-from ..errors import TransportError
+from ..errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, StaleConnection
+from ..parts import Answer
 
 __all__ = [
-    "ENDPOINT_PATH", "PARAMS_IN", "Answer", "Transport", "endpoint_of", "idle_limit", "parse_retry_after", "tls_context",
+    "ENDPOINT_PATH", "PARAMS_IN", "HttpTransport", "endpoint_of", "idle_limit", "parse_retry_after", "tls_context",
 ]
 
 #: The contract's endpoint; ``--url`` may name it or only the server's base.
@@ -24,14 +24,6 @@ ENDPOINT_PATH = "/api/request"
 #: Where a request's own parameters travel: the query string, or a form-encoded body on the GET.
 PARAMS_IN = ("query", "form")
 _FORM = "application/x-www-form-urlencoded"
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    status: int
-    body: bytes
-    retry_after: float | None  # seconds, from a Retry-After header on a failure answer
-    replaced_stale: bool = False  # the kept connection had been closed by the server and was replaced first
 
 
 def endpoint_of(url: str) -> str:
@@ -48,19 +40,19 @@ def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
-class Transport:
-    """Sends ``GET <endpoint>?api_key&nonce&req_id`` for one API key over one persistent connection.
+class HttpTransport:
+    """A ``Transport``: ``GET <endpoint>?api_key&nonce&req_id`` for one API key over one persistent connection.
 
     The stdlib ``http.client`` connection is the layer urllib3 and requests are
     built on; used directly it costs the least CPU per call (see the README).
-    Errors are sorted by what they mean for the request (``TransportError.kind``):
+    Errors are sorted by what they mean for the request, each a ``TransportError``:
 
-    * ``unreachable``: refused, name not resolved, TLS handshake failed or connect
+    * ``ConnectFailed``: refused, name not resolved, TLS handshake failed or connect
       timed out; nothing was sent.
-    * ``stale``: a reused keep-alive connection failed before any byte of the
+    * ``StaleConnection``: a reused keep-alive connection failed before any byte of the
       answer (the server had closed it); resending the same nonce is safe.
-    * ``timeout`` / ``reset``: the request was written and no answer came; it
-      may have been processed.
+    * ``AnswerTimedOut`` / ``ResetAfterSend`` (both ``NoAnswer``): the request was
+      written and no answer came; it may have been processed.
 
     A connection the server closed while idle is noticed before the send (the
     socket reads as closed) and replaced at no risk. So is one about to be closed:
@@ -101,10 +93,10 @@ class Transport:
 
     def __repr__(self) -> str:
         state = "open" if self._connection.sock is not None else "closed"
-        return f"<Transport {self.endpoint} {state}>"
+        return f"<HttpTransport {self.endpoint} {state}>"
 
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
-        """One attempt; raises TransportError (see the class docstring) when no answer came.
+        """One attempt; raises a TransportError (see the class docstring) when no answer came.
         ``params`` go along in the query string, or as a form body on the GET (``params_in="form"``)."""
         connection = self._connection
         replaced_stale = connection.sock is not None and (
@@ -127,13 +119,14 @@ class Transport:
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:
             connection.close()
-            raise TransportError("timeout", "no answer within the HTTP timeout") from exc
+            raise AnswerTimedOut("no answer within the HTTP timeout") from exc
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
             connection.close()
-            raise TransportError("stale" if reused else "reset", f"{type(exc).__name__}: {exc}") from exc
+            failure = StaleConnection if reused else ResetAfterSend
+            raise failure(f"{type(exc).__name__}: {exc}") from exc
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            raise TransportError("reset", f"{type(exc).__name__}: {exc}") from exc
+            raise ResetAfterSend(f"{type(exc).__name__}: {exc}") from exc
         self._idle_since = self._clock()
         if not reused:  # a server's keep-alive policy is read once per connection, not on every answer
             self._idle_limit = idle_limit(response.getheader("Keep-Alive"))
@@ -147,22 +140,22 @@ class Transport:
             self._connection.connect()
         except socket.gaierror as exc:
             self._connection.close()
-            raise TransportError("unreachable", f"name not resolved ({exc.strerror})") from exc
+            raise ConnectFailed(f"name not resolved ({exc.strerror})") from exc
         except ConnectionRefusedError as exc:
             self._connection.close()
-            raise TransportError("unreachable", "connection refused") from exc
+            raise ConnectFailed("connection refused") from exc
         except ssl.SSLCertVerificationError as exc:
             self._connection.close()
-            raise TransportError("unreachable", f"TLS error (certificate verify failed: {exc.verify_message})") from exc
+            raise ConnectFailed(f"TLS error (certificate verify failed: {exc.verify_message})") from exc
         except ssl.SSLError as exc:
             self._connection.close()
-            raise TransportError("unreachable", f"TLS error ({exc.reason or exc})") from exc
+            raise ConnectFailed(f"TLS error ({exc.reason or exc})") from exc
         except (socket.timeout, TimeoutError) as exc:
             self._connection.close()
-            raise TransportError("unreachable", "connect timed out") from exc
+            raise ConnectFailed("connect timed out") from exc
         except OSError as exc:
             self._connection.close()
-            raise TransportError("unreachable", exc.strerror or type(exc).__name__) from exc
+            raise ConnectFailed(exc.strerror or type(exc).__name__) from exc
 
     def close(self) -> None:
         self._connection.close()

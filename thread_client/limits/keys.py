@@ -10,7 +10,7 @@ from .host_state import KeyState
 from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
 
-__all__ = ["ApiKey", "KeyPool", "mask"]
+__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "mask"]
 
 
 def mask(secret: str) -> str:
@@ -63,21 +63,59 @@ class ApiKey:
         return True
 
 
-class KeyPool:
-    """The API keys this daemon drives, each with its own limiter.
+class BaseKeyPool:
+    """What every ``KeyPool`` shares: the keys, each with its own limiter, and their retirements.
+    The daemon receives a pool rather than building keys itself, so keys of this host alone
+    (``HostKeyPool``) and keys leased from a shared store are one and the same to it."""
 
-    The daemon receives a pool rather than building keys itself, so another
-    pool (keys leased from a shared store) can take this one's place.
-    """
-
-    def __init__(self, keys: Iterable[ApiKey], states: Iterable[KeyState] = ()) -> None:
+    def __init__(self, keys: Iterable[ApiKey]) -> None:
         self._keys = tuple(keys)
-        self._states = tuple(states)
         if not self._keys:
             raise ValueError("a key pool needs at least one key")
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} active={len(self) - len(self.retired())}/{len(self)}>"
+
+    def __iter__(self) -> Iterator[ApiKey]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def retired(self) -> dict[str, str]:
+        """Masked name -> reason, for every retired key."""
+        return {key.name: key.retired_because for key in self._keys if key.retired_because is not None}
+
+    @property
+    def all_retired(self) -> bool:
+        return all(key.retired_because is not None for key in self._keys)
+
+    def start(self) -> None:
+        """Begin whatever keeps the keys usable (nothing here)."""
+
+    def hold_all(self, seconds: float) -> None:
+        for key in self._keys:
+            key.limiter.hold(seconds)
+
+    def close(self) -> None:
+        """Close every limiter: each waiting worker wakes with LimiterClosed."""
+        for key in self._keys:
+            key.limiter.close()
+
+    def release(self) -> None:
+        """Let the keys go; after the workers are joined. Idempotent."""
+
+
+class HostKeyPool(BaseKeyPool):
+    """Keys driven by this process alone on this host: each is locked in the state dir for the life of
+    the process (a second daemon on the same key is refused), and its nonces start above its durable mark."""
+
+    def __init__(self, keys: Iterable[ApiKey], states: Iterable[KeyState]) -> None:
+        super().__init__(keys)
+        self._states = tuple(states)
+
     @classmethod
-    def local(
+    def open(
         cls,
         secrets: Iterable[str],
         *,
@@ -87,9 +125,9 @@ class KeyPool:
         order_latency: float,
         unanswered_hold: float,
         clock: Clock = monotonic,
-    ) -> "KeyPool":
-        """Keys driven by this process alone on this host: each is locked in ``state_dir`` (KeyInUse
-        if another process holds one; then none is kept), and its nonces start above its durable mark."""
+    ) -> "HostKeyPool":
+        """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
+        and give it a limiter whose nonces start above the key's durable mark."""
         states: list[KeyState] = []
         keys = []
         try:
@@ -108,35 +146,6 @@ class KeyPool:
                 state.unlock()
             raise
         return cls(keys, states)
-
-    def __repr__(self) -> str:
-        return f"<KeyPool active={len(self) - len(self.retired())}/{len(self)}>"
-
-    def __iter__(self) -> Iterator[ApiKey]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def retired(self) -> dict[str, str]:
-        """Masked name -> reason, for every retired key."""
-        return {key.name: key.retired_because for key in self._keys if key.retired_because is not None}
-
-    @property
-    def all_retired(self) -> bool:
-        return all(key.retired_because is not None for key in self._keys)
-
-    def start(self) -> None:
-        """Begin whatever keeps the keys usable (nothing for keys of this process alone)."""
-
-    def hold_all(self, seconds: float) -> None:
-        for key in self._keys:
-            key.limiter.hold(seconds)
-
-    def close(self) -> None:
-        """Close every limiter: each waiting worker wakes with LimiterClosed."""
-        for key in self._keys:
-            key.limiter.close()
 
     def release(self) -> None:
         """Let the keys go on this host (their locks); after the workers are joined. Idempotent."""

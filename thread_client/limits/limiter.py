@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 
 from ..clock import Clock, monotonic
-from ..errors import LimiterClosed, LimiterTimeout
+from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
 
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
@@ -134,6 +134,8 @@ class ThreadSafeRateLimiter:
         return max(0.0, max(earliest_slot, self._held_until) - now)
 
     def _take(self, now: float, resend_of: Permit | None) -> Permit:
+        if resend_of is not None and resend_of.sequence != self._sequence:
+            raise SendOvertaken(self.name)
         # The nonce first: if no block can be reserved for it (the key's lease is gone), nothing is taken.
         nonce = resend_of.nonce if resend_of is not None else self.nonces.next()
         slot = self._free_at.index(min(self._free_at))
@@ -150,9 +152,10 @@ class ThreadSafeRateLimiter:
         """Block until a send is allowed and return its permit.
 
         ``resend_of``: a slot to send ``resend_of``'s nonce again (its fate unknown), past the
-        order gate that waits on it; no new nonce is drawn. Raises LimiterTimeout as soon as
-        no slot can free within ``timeout`` seconds (at once if that is already certain),
-        and LimiterClosed if the limiter is or gets closed.
+        order gate that waits on it; no new nonce is drawn, and SendOvertaken is raised if a later
+        send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
+        ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
+        is or gets closed.
         """
         with self._changed:
             now = self._clock()

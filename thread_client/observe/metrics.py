@@ -7,8 +7,9 @@ import threading
 from dataclasses import dataclass
 
 from ..clock import Clock, monotonic
-from .histogram import LatencyHistogram
+from ..flow.listener import Listener
 from ..policy.answers import Outcome
+from .histogram import LatencyHistogram
 
 __all__ = ["LatencySummary", "Metrics", "MetricsSnapshot"]
 
@@ -52,8 +53,9 @@ class MetricsSnapshot:
         return self.accepted / self.elapsed if self.elapsed > 0 else 0.0
 
 
-class Metrics:
-    """Counts by outcome (overall and per masked key) and two latency histograms.
+class Metrics(Listener):
+    """Counts by outcome (overall and per masked key) and two latency histograms, from what the
+    workers announce (a ``Listener``).
 
     Memory is constant: counters per (key, outcome) and fixed-size histograms,
     whatever the number of requests.
@@ -75,26 +77,22 @@ class Metrics:
         with self._lock:
             return f"<Metrics outcomes={dict(self._outcomes)} retried={self._retried}>"
 
-    def record_attempt(self, key: str, outcome: Outcome, seconds: float | None = None) -> None:
-        """One attempt on ``key`` (masked) came to ``outcome``; ``seconds`` is its HTTP round trip."""
+    def attempted(self, key: str, outcome: Outcome, round_trip: float | None = None) -> None:
         with self._lock:
             self._outcomes[outcome.value] += 1
             self._per_key[key][outcome.value] += 1
-            if seconds is not None:
-                self._attempt.record(seconds)
+            if round_trip is not None:
+                self._attempt.record(round_trip)
 
-    def record_accepted(self, end_to_end: float) -> None:
-        """A request was accepted ``end_to_end`` seconds after it was created."""
+    def accepted(self, end_to_end: float) -> None:
         with self._lock:
             self._end_to_end.record(end_to_end)
 
-    def record_retry(self) -> None:
+    def retried(self) -> None:
         with self._lock:
             self._retried += 1
 
-    def record_stale_connection(self) -> None:
-        """A kept connection the server had closed was replaced (before a send, or by one resend
-        of the same nonce); not an attempt."""
+    def stale_connection(self) -> None:
         with self._lock:
             self._stale_connections += 1
 

@@ -22,7 +22,7 @@ class Summary:
     stop_reason: str
     retired_keys: dict[str, str]
     reached_exchange: bool
-    graveyard_by_reason: dict[str, int]
+    graveyard_by_outcome: dict[str, int]
     threads_died: list[str]
     threads_alive: list[str]
 
@@ -54,7 +54,7 @@ class Summary:
             "attempt_latency_ms": self.metrics.attempt.as_dict(),
             "outcomes": outcomes,
             "per_key": self.metrics.per_key,
-            "graveyard_by_reason": self.graveyard_by_reason,
+            "graveyard_by_outcome": self.graveyard_by_outcome,
             "stop_reason": self.stop_reason,
             "reached_exchange": self.reached_exchange,
             "threads_died": self.threads_died,
@@ -75,7 +75,7 @@ class Summary:
             f"  retries {data['retries']}  expired {data['expired']}  rate limited {data['rate_limited']}"
             f"  invalid nonce {data['invalid_nonce']}  ambiguous {data['ambiguous_attempts']}"
             f"  stale connections {data['stale_connections']}",
-            f"  graveyard: {_in_words(self.graveyard_by_reason)}",
+            f"  graveyard: {_in_words(self.graveyard_by_outcome)}",
             f"  end-to-end ms avg {latency['avg']:.1f} p50 {latency['p50']:.1f} p95 {latency['p95']:.1f}"
             f" p99 {latency['p99']:.1f}",
         ]
@@ -89,5 +89,5 @@ class Summary:
 
 
 def _in_words(counts: dict[str, int]) -> str:
-    """``{"shutdown": 13, "retries exhausted": 2}`` as ``shutdown 13, retries exhausted 2`` (``none`` if empty)."""
+    """``{"shutdown": 13, "retries_exhausted": 2}`` as ``shutdown 13, retries_exhausted 2`` (``none`` if empty)."""
     return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda item: -item[1])) or "none"

@@ -12,6 +12,8 @@ import enum
 import random
 from dataclasses import dataclass, field
 
+from ..exits import ENDPOINT_NOT_FOUND
+from ..request import FinalOutcome
 from .answers import Outcome
 
 __all__ = ["Action", "KeyStep", "RequestStep", "RetryPolicy"]
@@ -23,7 +25,7 @@ class RequestStep(enum.Enum):
     ACCEPT = "accept"  # its journey ends: accepted
     RETRY = "retry"  # back through the DLQ after ``Action.delay``; spends a retry if ``Action.spend``
     HAND_BACK = "hand back"  # back to the queue at once, at no cost (another key takes it)
-    BURY = "bury"  # final: the graveyard, with ``Action.reason``
+    BURY = "bury"  # final: the graveyard, as ``Action.final``, with ``Action.reason`` as its detail
 
 
 class KeyStep(enum.Enum):
@@ -38,16 +40,21 @@ class KeyStep(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """``stop`` asks the daemon to stop (the endpoint is wrong); ``reason`` is the words for the
-    record, the log or the stop."""
+    """``stop`` asks the daemon to stop (the endpoint is wrong); ``final`` is the outcome a burial
+    records; ``reason`` is the words for the record's detail, the log or the stop."""
 
     request: RequestStep
     key: KeyStep = KeyStep.KEEP
+    final: FinalOutcome | None = None
     delay: float = 0.0
     reason: str = ""
     key_delay: float = 0.0
     spend: bool = True
     stop: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.request is RequestStep.BURY) != (self.final is not None):
+            raise ValueError("a burial, and only a burial, names its final outcome")
 
 
 @dataclass(frozen=True)
@@ -112,11 +119,11 @@ class RetryPolicy:
         if outcome.retires_key:
             return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
         if outcome is Outcome.ENDPOINT_NOT_FOUND:
-            return Action(RequestStep.HAND_BACK, reason="endpoint not found", stop=True)
+            return Action(RequestStep.HAND_BACK, reason=ENDPOINT_NOT_FOUND, stop=True)
         if outcome is Outcome.UNKNOWN:
-            return Action(RequestStep.BURY, reason=f"unknown: {detail}" if detail else "unknown")
+            return Action(RequestStep.BURY, final=FinalOutcome.UNKNOWN, reason=detail)
         if outcome is Outcome.REJECTED:
-            return Action(RequestStep.BURY, reason=f"rejected: {detail}" if detail else "rejected")
+            return Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason=detail)
         if outcome is Outcome.UNREACHABLE or (during_outage and outcome in _NO_ANSWER):
             # Nothing was sent, or nobody answers anyone: no retry spent, but no spinning either.
             return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), reason=outcome.value, spend=False)
@@ -129,7 +136,7 @@ class RetryPolicy:
             key = KeyStep.HOLD if outcome is Outcome.RATE_LIMITED else KeyStep.PAUSE
             return Action(RequestStep.HAND_BACK, key, reason=outcome.value, key_delay=pause)
         if failures + 1 > self.max_retries:
-            return Action(RequestStep.BURY, key, reason=f"retries exhausted: {outcome.value}")
+            return Action(RequestStep.BURY, key, final=FinalOutcome.RETRIES_EXHAUSTED, reason=outcome.value)
         return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1), reason=outcome.value)
 
 

@@ -1,0 +1,111 @@
+"""The seams the daemon is built from: where requests come from, where final records and sends are written,
+how one attempt reaches the API, and the keys that send. ``Daemon`` receives one of each; the command line
+builds today's (JSON-lines files, Valkey streams, ``http.client``, keys of this host or leased), a test or
+another deployment passes its own (a scripted transport, an in-memory sink)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+
+from .request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
+
+if TYPE_CHECKING:
+    from .limits.keys import ApiKey
+
+__all__ = ["Answer", "Journal", "KeyPool", "RequestSource", "ResultSink", "Transport"]
+
+
+class RequestSource(Protocol):
+    """Anything the producer can read requests from."""
+
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+        """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is set."""
+        ...
+
+
+class ResultSink(Protocol):
+    """Where final records go, exactly one per request: a JSON-lines file or a results stream."""
+
+    path: str
+
+    def record(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
+        """Write the final record of ``request``; ``detail`` says why, in the server's or the client's words."""
+        ...
+
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
+        """Call ``callback`` whenever a record cannot be written (it is kept in memory meanwhile)."""
+        ...
+
+    def unwritten(self) -> list[str]:
+        """The records that could not be written, as JSON lines (the daemon prints them at the end)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Journal(Protocol):
+    """Where each send is written down before it leaves: a file next to the results, or the work
+    stream's store. ``sending`` raises KeyNotHeld if it cannot be written (then nothing is sent)."""
+
+    def sending(self, request: Request, key: str, nonce: int) -> None: ...
+    def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
+    def unwritten(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the API answered one attempt."""
+
+    status: int
+    body: bytes
+    retry_after: float | None  # seconds, from a Retry-After header on a failure answer
+    replaced_stale: bool = False  # the kept connection had been (or was about to be) closed and was replaced first
+
+
+class Transport(Protocol):
+    """One connection to the API for one worker thread (never shared between threads).
+
+    ``send`` makes one attempt and returns the answer, or raises a subclass of
+    ``TransportError`` saying why none came: ``Unreachable`` (nothing was sent),
+    ``StaleConnection`` (a kept connection failed before any answer: the same nonce may
+    be sent again), ``NoAnswer`` (sent, then timed out or reset: it may have been processed).
+    """
+
+    endpoint: str
+
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer: ...
+    def close(self) -> None: ...
+
+
+class KeyPool(Protocol):
+    """The API keys a daemon drives, each with its limiter: the keys of this host, or keys leased from a
+    shared store. Iterating gives every key, retired or not."""
+
+    def __iter__(self) -> Iterator["ApiKey"]: ...
+    def __len__(self) -> int: ...
+
+    def retired(self) -> dict[str, str]:
+        """Masked name -> reason, for every retired key."""
+        ...
+
+    @property
+    def all_retired(self) -> bool: ...
+
+    def start(self) -> None:
+        """Begin whatever keeps the keys usable (a lease keeper); before the workers start."""
+        ...
+
+    def hold_all(self, seconds: float) -> None:
+        """Allow no send on any key for ``seconds`` (the start-up window)."""
+        ...
+
+    def close(self) -> None:
+        """Close every limiter: each waiting worker wakes with LimiterClosed."""
+        ...
+
+    def release(self) -> None:
+        """Let the keys go (host locks, leases); after the workers are joined. Idempotent."""
+        ...

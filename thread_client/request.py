@@ -1,0 +1,154 @@
+"""The request on the ground floor: what a source yields (``Work``, ``InvalidInput``, ``UnknownFate``),
+how a line is read into one (``parse_line``), and the ``Request`` followed until its final outcome.
+
+Every layer imports this module; it imports no other package module, so the sources, sinks,
+journals and transports of ``io/`` and ``cluster/`` never reach into the flow."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+__all__ = [
+    "MAX_ID_LENGTH", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate", "Work", "parse_line",
+]
+
+
+class FinalOutcome(enum.Enum):
+    """How a request's journey ends, exactly one per request: decided once (by the retry policy, the
+    producer or the stop) and carried as it is to the graveyard, the results and the summary."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"  # the API refused the request itself
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    INVALID_INPUT = "invalid_input"  # a line that is no request: never sent
+    KEY_BLOCKED = "key_blocked"  # generated work left when every key was retired (the user's own is left for a rerun)
+    SHUTDOWN = "shutdown"  # generated work still queued at a stop
+    UNKNOWN = "unknown"  # may have been accepted, and exactly-once could not settle it
+
+    def reason(self, detail: str = "") -> str:
+        """The outcome in words, with the detail after a colon: ``retries exhausted: timeout``."""
+        words = self.value.replace("_", " ")
+        return f"{words}: {detail}" if detail else words
+
+#: Names the contract uses itself: a request's own parameters may not take them.
+RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
+MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings."""
+
+    id: str
+    params: dict[str, str] = field(default_factory=dict)
+    resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
+    receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidInput:
+    """A line that is no request: never sent, recorded as ``invalid_input`` with where it was
+    (``line 12``, ``entry 1700000000000-0``)."""
+
+    where: str
+    id: str
+    reason: str
+    receipt: str | None = None  # as Work's: acknowledged with the invalid_input record
+
+@dataclass(frozen=True, slots=True)
+class UnknownFate:
+    """A request an earlier holder may have sent, whose fate cannot be settled here (exactly-once never
+    sends it again): recorded ``unknown`` with ``reason``."""
+
+    id: str
+    reason: str
+    receipt: str | None = None
+
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Mutable, but owned by exactly one thread at a time (whoever took it from a queue).
+
+    ``req_id`` is sent as the contract's ``req_id``. ``created_at`` and ``deadline`` are
+    monotonic seconds; ``created_wall`` is kept only for the graveyard record.
+    ``failures`` counts attempts that spent a retry, ``unsent`` those that could not
+    be sent at all (the exchange unreachable), which cost nothing, ``ambiguous`` those
+    that may have been accepted although no answer said so.
+    """
+
+    req_id: str
+    created_at: float
+    params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
+    resumed: bool = False  # in flight when an earlier run crashed
+    receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
+    deadline: float = math.inf  # set by renew() when a worker takes the request
+    created_wall: float = field(default_factory=time.time)
+    failures: int = 0
+    unsent: int = 0
+    attempts: int = 0  # attempts that went out (or tried to)
+    ambiguous: int = 0  # attempts the exchange may have accepted without saying so
+    last_failure: str | None = None
+    # The latest attempt, for the final record: which key and nonce, and what the exchange answered.
+    key: str = ""
+    nonce: int | None = None
+    http_status: int | None = None
+    body: bytes = b""
+
+    def note_attempt(self, key: str, nonce: int, http_status: int | None, body: bytes) -> None:
+        """An attempt went out on ``key`` with ``nonce``; ``http_status`` None: no answer came."""
+        self.key, self.nonce, self.http_status, self.body = key, nonce, http_status, body
+        self.attempts += 1
+
+    def note_failure(self, reason: str, spend: bool = True) -> None:
+        """An attempt failed for ``reason``; ``spend`` says whether it counts against the retry budget."""
+        if spend:
+            self.failures += 1
+        else:
+            self.unsent += 1
+        self.last_failure = reason
+
+    def renew(self, now: float, ttl: float) -> None:
+        """Taken by a worker: a fresh time-to-live for the wait for a slot, from ``now``."""
+        self.deadline = now + ttl
+
+
+def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
+    """One line read against the request format; never raises. ``where`` names it in the reason;
+    ``receipt`` goes with the result, valid or not."""
+    item = _read_request(raw, where)
+    return replace(item, receipt=receipt) if receipt is not None else item
+
+
+def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return InvalidInput(where, "", "not JSON")
+    if not isinstance(value, dict):
+        return InvalidInput(where, "", "not a JSON object")
+    request_id = value.get("id")
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_ID_LENGTH:
+        return InvalidInput(where, "", f"no \"id\" string of 1 to {MAX_ID_LENGTH} characters")
+    unknown = set(value) - {"id", "params"}
+    if unknown:
+        return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
+    params = value.get("params", {})
+    if not isinstance(params, dict):
+        return InvalidInput(where, request_id, "\"params\" is not an object")
+    reserved = RESERVED_PARAMS & set(params)
+    if reserved:
+        return InvalidInput(where, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
+    as_text = {}
+    for name, scalar in params.items():
+        if isinstance(scalar, bool):
+            as_text[name] = "true" if scalar else "false"
+        elif isinstance(scalar, str) or (isinstance(scalar, (int, float)) and math.isfinite(scalar)):
+            as_text[name] = str(scalar)
+        else:
+            return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
+    return Work(request_id, as_text)
