@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from . import defaults
 from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
@@ -69,6 +70,12 @@ def _bounded(kind: type[int] | type[float], low: float, high: float, unit: str =
     return read
 
 
+def _ms(seconds: float) -> float:
+    """A default in seconds as the command line shows it, in milliseconds (``1.001`` -> ``1001``)."""
+    ms = round(seconds * 1000, 3)
+    return int(ms) if ms.is_integer() else ms
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
@@ -83,37 +90,38 @@ def _parser() -> argparse.ArgumentParser:
         help="the exchange: its base (http[s]://HOST[:PORT]) or the full endpoint (.../api/request) (default %(default)s)")
     add("--ca-file", metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
     add("--keys-file", metavar="PATH", help="file with one API key per line ('#' comments allowed)")
-    add("--rate", type=_bounded(int, 1, 10_000), default=20,
+    add("--rate", type=_bounded(int, 1, 10_000), default=defaults.RATE,
         help="requests per key per window, as the server enforces (default %(default)s)")
-    add("--window-ms", type=_bounded(float, 1, 3_600_000, "ms"), default=1001,
+    add("--window-ms", type=_bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
         help="a slot frees this long after its answer (default %(default)s)")
-    add("--order-latency-ms", type=_bounded(float, 0, 60_000, "ms"), default=55,
+    add("--order-latency-ms", type=_bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
         help="a send may follow the previous one on its key after this long, even unanswered (default %(default)s)")
-    add("--ttl-ms", type=_bounded(float, 1, 86_400_000, "ms"), default=1000,
+    add("--ttl-ms", type=_bounded(float, 1, 86_400_000, "ms"), default=_ms(defaults.TTL),
         help="how long a request may wait for a rate-limit slot; past it, it goes back to the queue with a "
         "fresh time-to-live, counted as expired, at no cost to its retries (default %(default)s)")
-    add("--http-timeout-ms", type=_bounded(float, 1, 600_000, "ms"), default=1000,
+    add("--http-timeout-ms", type=_bounded(float, 1, 600_000, "ms"), default=_ms(defaults.HTTP_TIMEOUT),
         help="HTTP timeout of each attempt (default %(default)s)")
-    add("--max-retries", type=_bounded(int, 0, 1000), default=5,
+    add("--max-retries", type=_bounded(int, 0, 1000), default=defaults.MAX_RETRIES,
         help="failed attempts a request may retry before it goes to the graveyard (default %(default)s)")
-    add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=600, metavar="SECONDS",
+    add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=defaults.MAX_RETRY_AFTER, metavar="SECONDS",
         help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
         "(default %(default)s)")
-    add("--max-strikes", type=_bounded(int, 1, 1000), default=3,
+    add("--max-strikes", type=_bounded(int, 1, 1000), default=defaults.MAX_STRIKES,
         help="unexplained 429s after which a key is parked for the rest of the run (default %(default)s); "
         "must stay below --server-max-429")
-    add("--server-max-429", type=_bounded(int, 1, 1_000_000), default=10, metavar="N",
+    add("--server-max-429", type=_bounded(int, 1, 1_000_000), default=defaults.SERVER_MAX_429, metavar="N",
         help="rate-limit rejections after which the server blocks a key for good (default %(default)s)")
     add("--state-dir", metavar="PATH",
         help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
         "or ~/.local/state/thread_client)")
-    add("--outage-after", type=_bounded(float, 0.1, 3600, "s"), default=5, metavar="SECONDS",
+    add("--outage-after", type=_bounded(float, 0.1, 3600, "s"), default=defaults.OUTAGE_AFTER, metavar="SECONDS",
         help="no answer from the exchange for this long is an outage: take no work, probe once per key, "
         "resume on the first answer (default %(default)s)")
-    add("--queue-size", type=_bounded(int, 1, 1_000_000), default=50,
+    add("--queue-size", type=_bounded(int, 1, 1_000_000), default=defaults.QUEUE_SIZE,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
     add("--threads-per-key", type=_bounded(int, 1, 64),
-        help="worker threads per key, i.e. requests in flight per key (default 2; 1 with exactly-once)")
+        help=f"worker threads per key, i.e. requests in flight per key (default {defaults.THREADS_PER_KEY}; 1 with "
+        "exactly-once)")
     add("--delivery", choices=DELIVERIES, default="at-least-once",
         help="at-least-once: a request whose answer was lost is sent again with a fresh nonce (it may be "
         "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
@@ -125,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         "daemons, redis://HOST:PORT/DB?stream=NAME&group=NAME (default %(default)s)")
     add("--member", metavar="NAME",
         help="with a redis:// --source: this daemon's name among the members (default HOST-PID)")
-    add("--lease-ttl-ms", type=_bounded(float, 100, 600_000, "ms"), default=3000,
+    add("--lease-ttl-ms", type=_bounded(float, 100, 600_000, "ms"), default=_ms(defaults.LEASE_TTL),
         help="with a redis:// --source: a key's lease lasts this long unrenewed; a member that dies loses its "
         "keys after at most this, and they are taken over a window and an HTTP timeout later (default %(default)s)")
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
@@ -136,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         "saturate, keep the queue full")
     add("--duration", type=_bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
         help="stop after this long; 0 runs until stopped")
-    add("--metrics-interval", type=_bounded(float, 0.1, 86_400, "s"), default=5, metavar="SECONDS",
+    add("--metrics-interval", type=_bounded(float, 0.1, 86_400, "s"), default=defaults.METRICS_INTERVAL, metavar="SECONDS",
         help="seconds between metrics blocks (default %(default)s)")
     add("--metrics-port", type=_bounded(int, 0, 65_535), metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
@@ -150,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--results", metavar="PATH",
         help="JSON-lines file with exactly one final record per request; - for standard output (then logs go "
         "to stderr). Default: results.jsonl next to --graveyard for a --source file or pipe, none for generate")
-    add("--max-body-bytes", type=_bounded(int, 0, 1_048_576), default=4096,
+    add("--max-body-bytes", type=_bounded(int, 0, 1_048_576), default=defaults.MAX_BODY_BYTES,
         help="keep at most this much of the exchange's answer in a result record (default %(default)s)")
     add("--summary-json", metavar="PATH", help="write the final summary here as JSON")
     return p

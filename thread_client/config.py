@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from . import defaults
 from .cluster.address import StoreAddress, is_store_url
 from .cluster.streams import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
@@ -38,35 +39,35 @@ class Config:
     keys: tuple[str, ...] = DEFAULT_KEYS
     keys_source: str = DEFAULT_KEYS_SOURCE
     ca_file: str | None = None
-    rate: int = 20
-    window: float = 1.001
-    order_latency: float = 0.055
-    ttl: float = 1.0
-    http_timeout: float = 1.0
-    max_retries: int = 5
-    max_retry_after: float = 600.0
+    rate: int = defaults.RATE
+    window: float = defaults.WINDOW
+    order_latency: float = defaults.ORDER_LATENCY
+    ttl: float = defaults.TTL
+    http_timeout: float = defaults.HTTP_TIMEOUT
+    max_retries: int = defaults.MAX_RETRIES
+    max_retry_after: float = defaults.MAX_RETRY_AFTER
     delivery: Delivery = AT_LEAST_ONCE
-    max_strikes: int = 3
-    server_max_429: int = 10
+    max_strikes: int = defaults.MAX_STRIKES
+    server_max_429: int = defaults.SERVER_MAX_429
     state_dir: str = field(default_factory=lambda: str(default_state_dir()))
-    queue_size: int = 50
-    threads_per_key: int = 2
+    queue_size: int = defaults.QUEUE_SIZE
+    threads_per_key: int = defaults.THREADS_PER_KEY
     load: str = "exercise"
     source: str = "generate"  # or a JSON-lines file, "-" for standard input, or a work stream (redis://...)
     member: str = ""  # this daemon's name in a work stream's consumer group (default: host-pid)
-    lease_ttl: float = 3.0  # with a work stream: how long a key's lease lasts unrenewed
+    lease_ttl: float = defaults.LEASE_TTL  # with a work stream: how long a key's lease lasts unrenewed
     follow: bool = False
     params_in: str = "query"
     duration: float = 0.0
-    outage_after: float = 5.0
-    metrics_interval: float = 5.0
+    outage_after: float = defaults.OUTAGE_AFTER
+    metrics_interval: float = defaults.METRICS_INTERVAL
     log_level: str = "INFO"
     log_file: str | None = None
     log_max_bytes: int = 10 * 1024 * 1024
     log_backups: int = 3
     graveyard: str | None = "graveyard.jsonl"
     results: str | None = None  # "-" for standard output
-    max_body_bytes: int = 4096
+    max_body_bytes: int = defaults.MAX_BODY_BYTES
     summary_json: str | None = None
     metrics_port: int | None = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import socket
 import subprocess
@@ -11,7 +13,7 @@ import pytest
 
 from conftest import KEYS, ROOT
 from thread_client.cli import build_config
-from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, load_keys
+from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, Config, load_keys
 from thread_client.io.transport import endpoint_of
 from thread_client.errors import ConfigError
 
@@ -120,3 +122,11 @@ def test_unusable_paths_and_ports_exit_2_with_nothing_started(tmp_path):
             assert result.returncode == 2, result.stderr
             assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
             assert "Traceback" not in result.stderr and "started" not in result.stdout
+
+
+def test_the_command_line_defaults_are_the_configuration_defaults(monkeypatch):
+    # One home for every default: a command line with no options gives the Config a bare Config() has.
+    monkeypatch.delenv("THREAD_CLIENT_KEYS", raising=False)
+    parsed, bare = build_config([]), Config()
+    differing = {f.name for f in dataclasses.fields(Config) if getattr(parsed, f.name) != getattr(bare, f.name)}
+    assert differing == {"member"}  # the one default that depends on the process: HOST-PID

@@ -29,7 +29,9 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            submodules = [f"{base}.{alias.name}" for alias in node.names]
+            # "from . import defaults" imports the module defaults, not what the package's __init__ imports.
+            targets = [name for name in submodules if name in modules] or [base]
         else:
             continue
         found.update(target for target in targets if target in modules and target != name)

@@ -7,6 +7,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from .. import defaults
 from ..clock import Clock, monotonic
 
 __all__ = ["OutageGate", "OutageState"]
@@ -38,7 +39,7 @@ class OutageGate:
 
     def __init__(
         self,
-        outage_after: float = 5.0,
+        outage_after: float = defaults.OUTAGE_AFTER,
         *,
         probe_base: float = 0.5,
         probe_cap: float = 5.0,

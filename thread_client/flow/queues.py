@@ -14,6 +14,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
@@ -68,8 +69,8 @@ class QueueManager:
         self,
         graveyard: Graveyard,
         *,
-        queue_size: int = 50,
-        ttl: float = 1.0,
+        queue_size: int = defaults.QUEUE_SIZE,
+        ttl: float = defaults.TTL,
         results: ResultSink | None = None,
         keep_unsent: bool = False,
         clock: Clock = monotonic,

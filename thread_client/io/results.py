@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+from .. import defaults
 from ..request import FinalOutcome, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
@@ -17,7 +18,7 @@ class Results(JsonLinesOutput):
     as JSON when it is JSON, else as text, cut at ``max_body_bytes``. ``durable``: each record is
     on the disk before ``record`` returns (exactly-once needs it before the key's next send)."""
 
-    def __init__(self, path: str, *, max_body_bytes: int = 4096, durable: bool = False) -> None:
+    def __init__(self, path: str, *, max_body_bytes: int = defaults.MAX_BODY_BYTES, durable: bool = False) -> None:
         self.path = path
         self._max_body = max_body_bytes
         self._file = JsonLinesFile(path, durable=durable)

@@ -22,6 +22,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
@@ -81,8 +82,8 @@ class ThreadSafeRateLimiter:
         rate: int,
         *,
         name: str = "key",
-        window: float = 1.001,
-        order_latency: float = 0.055,
+        window: float = defaults.WINDOW,
+        order_latency: float = defaults.ORDER_LATENCY,
         unanswered_hold: float = 1.0,
         max_order_latency: float = 0.5,
         nonces: NonceGenerator | None = None,

@@ -12,6 +12,7 @@ import enum
 import random
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..exits import ENDPOINT_NOT_FOUND
 from ..request import FinalOutcome
 from .answers import Outcome
@@ -66,15 +67,15 @@ class RetryPolicy:
     (not the request) up to ``max_retry_after``, the one cap on it.
     """
 
-    max_retries: int = 5
+    max_retries: int = defaults.MAX_RETRIES
     # With 5 retries: ~0.2, 0.4, 0.8, 1.6, 3.2 s (a quarter less on average), enough to ride out
     # a server restart of a few seconds before a request is buried.
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
-    max_retry_after: float = 600.0
+    max_retry_after: float = defaults.MAX_RETRY_AFTER
     # Strikes (unexplained 429s) after which a key is parked for the rest of the run: well below
     # the count at which the server blocks it for good (10 for the reference server).
-    max_strikes: int = 3
+    max_strikes: int = defaults.MAX_STRIKES
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:

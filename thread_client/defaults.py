@@ -1,0 +1,45 @@
+"""Every default of the daemon in one home: the configuration, the command line and each part read them here.
+
+Times are in seconds (the command line shows some in milliseconds). Each value says why it is what it is.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HTTP_TIMEOUT", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES", "METRICS_INTERVAL",
+    "ORDER_LATENCY", "OUTAGE_AFTER", "QUEUE_SIZE", "RATE", "SERVER_MAX_429", "THREADS_PER_KEY", "TTL", "WINDOW",
+]
+
+#: Requests per key per window, as the reference exchange enforces (a ring of 20 stamps per key).
+RATE = 20
+#: A rate-limit slot frees this long after its answer: the server's 1000 ms window, plus 1 ms because it
+#: compares whole milliseconds with ``>``.
+WINDOW = 1.001
+#: A send may follow the previous one on its key this long after it, even unanswered: about the
+#: reference server's largest incoming latency (50 ms) and a margin. Widened on an invalid nonce.
+ORDER_LATENCY = 0.055
+#: Worker threads (requests in flight) per key under at-least-once: two keep a key busy through a round trip.
+THREADS_PER_KEY = 2
+#: How long a request taken by a worker may wait for a slot before it goes back to the queue (the exercise's TTL).
+TTL = 1.0
+#: HTTP timeout of each attempt (the exercise's).
+HTTP_TIMEOUT = 1.0
+#: Failed attempts a request may retry before it is buried: with the backoff (0.2 s doubling) enough to
+#: ride out a server restart of a few seconds.
+MAX_RETRIES = 5
+#: The longest server-asked pause (Retry-After) a key waits out; a longer ask is cut to it.
+MAX_RETRY_AFTER = 600.0
+#: Unexplained 429s after which a key is parked for the run: well below the server's block.
+MAX_STRIKES = 3
+#: Rate-limit rejections after which the reference server blocks a key for good.
+SERVER_MAX_429 = 10
+#: Main queue bound: about half a second of work at full speed, so a stop leaves little behind.
+QUEUE_SIZE = 50
+#: No answer from the exchange for this long is an outage: no work taken, probes only.
+OUTAGE_AFTER = 5.0
+#: A shared key's lease lasts this long unrenewed (renewed every third of it).
+LEASE_TTL = 3.0
+#: How much of the exchange's answer a result record keeps.
+MAX_BODY_BYTES = 4096
+#: Seconds between two metrics blocks.
+METRICS_INTERVAL = 5.0
