@@ -80,10 +80,9 @@ class Daemon:
         self.config = config
         self._clock = clock
         self.stop_latch = StopLatch()
-        # Each stage of the shutdown has its own event, set in dependency order.
-        self._stop_producer = threading.Event()
-        self._stop_requeue = threading.Event()
-        self._stop_workers = threading.Event()
+        # The stages of the shutdown that wait on an event rather than on a queue, set in dependency order.
+        self._stop_producer = threading.Event()  # its source watches it
+        self._stop_workers = threading.Event()  # a worker of a key leased elsewhere waits on it
         self._stop_reports = threading.Event()
         self.graveyard = graveyard
         self.results = results
@@ -101,7 +100,7 @@ class Daemon:
         self.producer = Producer(
             self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
         )
-        self.requeuer = Requeuer(self.queues, self._stop_requeue)
+        self.requeuer = Requeuer(self.queues)
         earlier = self._take_up(earlier_sends or {})
         self.workers = [
             Worker(
@@ -234,11 +233,14 @@ class Daemon:
     def shutdown(self, join_timeout: float | None = None) -> Summary:
         """Stop in dependency order and return the summary; idempotent.
 
-        The producer stops first; requests in flight get the HTTP timeout plus a second
-        to finish (an exactly-once one to settle its fate; if it cannot, it is buried as
-        ``unknown``); everything still queued (and anything waiting for a slot) is
-        buried with the stop reason. Nothing is lost: a thread that does not join in time is
-        named in the summary, and so is the request it still holds (in flight).
+        No more work is taken: the queues, the outage gate and every key's limiter are
+        closed to it, which wakes every thread waiting on them at once. The producer stops
+        first; requests in flight get the HTTP timeout plus a second to finish (an
+        exactly-once one to settle its fate; if it cannot, it is buried as ``unknown``);
+        everything still queued (and anything waiting for a slot) is left for the next run
+        (the user's input) or buried with the stop reason (generated work). Nothing is lost:
+        a thread that does not join in time is named in the summary, and so is the request it
+        still holds (in flight).
         """
         with self._shutdown_lock:
             if self._summary is not None:
@@ -247,9 +249,12 @@ class Daemon:
             timeout = join_timeout if join_timeout is not None else self.config.http_timeout + 2.0
             drain_outcome = _DRAIN_OUTCOMES.get(self._stop_reason, FinalOutcome.SHUTDOWN)
             drain_detail = self._stop_reason if self._stop_reason in _DRAIN_OUTCOMES else ""
+            self.queues.close()
+            self.outage.close()
+            for key in self.keys:
+                key.limiter.stop_taking()
             self._stop_producer.set()
             self._join([self.producer], timeout)
-            self._stop_requeue.set()
             self._join([self.requeuer], timeout)
             self._stop_workers.set()
             grace_ends = time.monotonic() + self.config.http_timeout + 1.0

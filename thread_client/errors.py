@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnswerTimedOut", "ConfigError", "ConnectFailed", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
-    "NoAnswer", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
+    "NoAnswer", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
 ]
 
 
@@ -40,6 +40,10 @@ class SendOvertaken(ThreadClientError):
     def __init__(self, key: str) -> None:
         super().__init__(f"a later send on {key} overtook the one to repeat")
         self.key = key
+
+
+class QueueClosed(ThreadClientError):
+    """Raised by ``put`` and ``get`` of a closed queue: the daemon is stopping, take or give no more work."""
 
 
 class TransportError(ThreadClientError):

@@ -8,9 +8,12 @@ import threading
 
 import pytest
 
+from conftest import wait_for
+
 from thread_client.flow.delay_queue import DelayQueue
 from thread_client.io.graveyard import Graveyard
 from thread_client.flow.queues import QueueManager
+from thread_client.errors import QueueClosed
 from thread_client.request import FinalOutcome, Request
 
 
@@ -50,28 +53,26 @@ def test_delay_queue_put_of_an_earlier_item_wakes_a_waiting_get():
 
 
 def test_retries_are_served_before_new_requests(manager, clock):
-    stop = threading.Event()
     for req_id in (1, 2):
-        assert manager.submit(new_request(req_id, clock), stop)
+        assert manager.submit(new_request(req_id, clock))
     first = manager.take(timeout=0)
     assert first.req_id == "1"
     manager.retry(first, "timeout", delay=0.1)
-    assert not manager.requeue_ready(stop, timeout=0)  # still backing off
+    assert not manager.requeue_ready(timeout=0)  # still backing off
     clock.advance(0.1)
-    assert manager.requeue_ready(stop, timeout=0)
-    assert manager.submit(new_request(3, clock), stop)
+    assert manager.requeue_ready(timeout=0)
+    assert manager.submit(new_request(3, clock))
     assert [manager.take(timeout=0).req_id for _ in range(3)] == ["1", "2", "3"]
     assert first.deadline == pytest.approx(clock() + 1.0)  # taken again: a fresh TTL
 
 
 def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(manager, clock, tmp_path):
-    stop = threading.Event()
-    manager.submit(new_request(7, clock), stop)
+    manager.submit(new_request(7, clock))
     request = manager.take(timeout=0)
     for attempt in range(2):
         manager.retry(request, "server_error", delay=1.0)
         clock.advance(1.0)
-        assert manager.requeue_ready(stop, timeout=0)
+        assert manager.requeue_ready(timeout=0)
         request = manager.take(timeout=0)
     request.note_attempt("UT4N...JYA6", 3, None, b"")
     manager.bury(request, FinalOutcome.RETRIES_EXHAUSTED, "timeout", failure="timeout")
@@ -87,27 +88,68 @@ def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(m
 
 
 def test_backpressure_and_shutdown_account_for_everything(manager, clock):
-    stop = threading.Event()
     for req_id in range(4):
-        manager.submit(new_request(req_id, clock), stop)
-    stop.set()
-    assert not manager.submit(new_request(99, clock), stop)  # full queue, stopping: buried, not lost
+        manager.submit(new_request(req_id, clock))
     taken = manager.take(timeout=0)
     manager.retry(taken, "timeout", delay=5.0)
     manager.accept(manager.take(timeout=0))
-    assert manager.drain() == 3
+    for req_id in (4, 5):
+        manager.submit(new_request(req_id, clock))  # full again: 4 in the main queue, 1 in the DLQ
+    blocked = Waiter(lambda: manager.submit(new_request(99, clock)))  # the producer, waiting for room
+    wait_for(lambda: len(manager._main.not_full._waiters) == 1, timeout=5)
+    manager.close()  # the stop: the waiting producer wakes at once, its request buried, not lost
+    blocked.join(5)
+    assert not blocked.is_alive() and blocked.result is False
+    assert manager.drain() == 5
     counts = manager.counts()
-    assert counts.balanced and (counts.created, counts.accepted, counts.graveyard) == (5, 1, 4)
-    assert manager.graveyard.by_outcome() == {"shutdown": 4}
-    assert "created 5 == accepted 1 + graveyard 4" in counts.identity()
+    assert counts.balanced and (counts.created, counts.accepted, counts.graveyard) == (7, 1, 6)
+    assert manager.graveyard.by_outcome() == {"shutdown": 6}
+    assert "created 7 == accepted 1 + graveyard 6" in counts.identity()
+
+
+class Waiter(threading.Thread):
+    """Runs ``call`` (one that blocks) on a thread of its own; ``result`` is what it returned, or the
+    exception it raised."""
+
+    def __init__(self, call) -> None:
+        super().__init__(daemon=True)
+        self._call = call
+        self.result: object = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self._call()
+        except Exception as exc:
+            self.result = exc
+
+
+def test_closing_wakes_every_thread_blocked_on_the_queues_at_once(manager, clock):
+    manager.submit(new_request(1, clock))
+    manager.retry(manager.take(timeout=0), "timeout", delay=3600)  # in the DLQ for an hour
+    waiting = {
+        "worker": Waiter(manager.take),  # the main queue is empty
+        "requeue": Waiter(manager.requeue_ready),  # nothing ready for an hour
+        "producer at the end of its input": Waiter(manager.wait_until_settled),
+    }
+    # Each is blocked in its wait before the close (CPython keeps a condition's waiters in _waiters).
+    for condition in (manager._main.not_empty, manager._dlq.not_empty, manager._settled_all):
+        wait_for(lambda: len(condition._waiters) == 1, timeout=5)
+    manager.close()
+    for thread in waiting.values():
+        thread.join(5)
+        assert not thread.is_alive()
+    assert isinstance(waiting["worker"].result, QueueClosed)
+    assert isinstance(waiting["requeue"].result, QueueClosed)
+    assert waiting["producer at the end of its input"].result is False
+    assert manager.drain() == 1 and manager.counts().balanced  # the request in the DLQ is still there
 
 
 def test_hand_back_costs_no_attempt(manager, clock):
-    stop = threading.Event()
-    manager.submit(new_request(1, clock), stop)
+    manager.submit(new_request(1, clock))
     request = manager.take(timeout=0)
     manager.hand_back(request)
-    assert manager.requeue_ready(stop, timeout=0)
+    assert manager.requeue_ready(timeout=0)
     assert manager.take(timeout=0).failures == 0
 
 

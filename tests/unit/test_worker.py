@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from conftest import wait_for
 from thread_client.limits.keys import ApiKey
 from thread_client.io.graveyard import Graveyard
 from thread_client.observe.metrics import Metrics
@@ -15,6 +16,7 @@ from thread_client.flow.queues import QueueManager
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.request import Request
 from thread_client.parts import Answer
+from thread_client.flow.requeue import Requeuer
 from thread_client.flow.worker import Worker
 
 
@@ -34,24 +36,38 @@ class FlakyTransport:
         pass
 
 
+def stop_all(queues: QueueManager, key: ApiKey, *threads: threading.Thread) -> None:
+    """Stop as the daemon does: no more work taken (each waiter wakes at once), then join with a timeout."""
+    queues.close()
+    key.limiter.stop_taking()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
+
+
+def started(*threads: threading.Thread) -> tuple[threading.Thread, ...]:
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def new_key() -> ApiKey:
+    return ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+
+
 def test_worker_survives_an_unexpected_exception(caplog):
     queues = QueueManager(Graveyard(None), queue_size=10)
-    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
-    stop = threading.Event()
+    key = new_key()
     transport = FlakyTransport()
-    worker = Worker(key, queues, transport, RetryPolicy(max_retries=3, backoff_base=0.01), OutageGate(), stop,
-                    poll=0.05)
+    worker = Worker(key, queues, transport, RetryPolicy(max_retries=3, backoff_base=0.01), OutageGate(),
+                    threading.Event())
     for req_id in (1, 2, 3):
-        now = time.monotonic()
-        queues.submit(Request(str(req_id), now), stop)
+        queues.submit(Request(str(req_id), time.monotonic()))
     with caplog.at_level(logging.ERROR):
-        worker.start()
-        deadline = time.monotonic() + 20
-        while queues.counts().accepted < 3 and time.monotonic() < deadline:
-            queues.requeue_ready(stop, timeout=0.05)  # plays the DLQ-requeue thread
-        stop.set()
-        worker.join(5)
-    assert not worker.is_alive() and worker.failure is None
+        threads = started(worker, Requeuer(queues))
+        wait_for(lambda: queues.counts().accepted == 3, timeout=20)
+        stop_all(queues, key, *threads)
+    assert worker.failure is None
     counts = queues.counts()
     assert (counts.accepted, counts.graveyard, counts.in_flight, counts.balanced) == (3, 0, 0, True)
     assert transport.calls == 4
@@ -84,19 +100,15 @@ class AlwaysOk:
 
 def test_an_error_after_a_request_was_routed_does_not_route_it_again():
     queues = QueueManager(Graveyard(None), queue_size=10)
-    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
-    stop = threading.Event()
+    key = new_key()
     metrics = BrokenMetrics()
-    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
     for req_id in ("1", "2"):
-        queues.submit(Request(req_id, time.monotonic()), stop)
-    worker.start()
-    deadline = time.monotonic() + 20
-    while queues.counts().accepted < 2 and time.monotonic() < deadline:
-        queues.requeue_ready(stop, timeout=0.05)
-    stop.set()
-    worker.join(5)
-    assert not worker.is_alive() and metrics.failed
+        queues.submit(Request(req_id, time.monotonic()))
+    threads = started(worker, Requeuer(queues))
+    wait_for(lambda: queues.counts().accepted == 2, timeout=20)
+    stop_all(queues, key, *threads)
+    assert metrics.failed
     counts = queues.counts()
     assert (counts.created, counts.accepted, counts.graveyard, counts.in_flight, counts.dlq) == (2, 2, 0, 0, 0)
     assert counts.balanced
@@ -107,39 +119,27 @@ def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
     # take the request, find at once that no slot could free in time, count it expired and take it again,
     # thousands of times a second. Now its worker takes nothing until the key can send.
     queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
-    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    key = new_key()
     key.limiter.hold(60)
-    stop = threading.Event()
     metrics = Metrics()
-    transport = AlwaysOk()
-    worker = Worker(key, queues, transport, RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
-    queues.submit(Request("1", time.monotonic()), stop)
-    worker.start()
-    requeuer = threading.Thread(target=lambda: [queues.requeue_ready(stop, timeout=0.05) for _ in iter(stop.is_set, True)])
-    requeuer.start()
-    time.sleep(0.3)  # six of the worker's polls: the old worker spun through the queue thousands of times by now
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
+    queues.submit(Request("1", time.monotonic()))
+    threads = started(worker, Requeuer(queues))
+    time.sleep(0.3)  # the old worker spun through the queue thousands of times in this while
     counts, snapshot = queues.counts(), metrics.snapshot()
-    stop.set()
-    worker.join(5)
-    requeuer.join(5)
-    assert not worker.is_alive() and not requeuer.is_alive()
+    stop_all(queues, key, *threads)
     assert snapshot.expired == 0 and snapshot.outcomes == {}
     assert (counts.main_queue, counts.in_flight, counts.dlq) == (1, 0, 0)  # never taken: it waits for a key that can send
 
 
 def test_a_key_whose_hold_ends_takes_the_waiting_work_and_sends_it():
     queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
-    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0))
+    key = new_key()
     key.limiter.hold(0.2)
-    stop = threading.Event()
     metrics = Metrics()
-    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), stop, listener=metrics, poll=0.05)
-    queues.submit(Request("1", time.monotonic()), stop)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while queues.counts().accepted < 1 and time.monotonic() < deadline:
-        queues.requeue_ready(stop, timeout=0.05)
-    stop.set()
-    worker.join(5)
-    assert not worker.is_alive()
-    assert queues.counts().accepted == 1 and metrics.snapshot().expired == 0
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
+    queues.submit(Request("1", time.monotonic()))
+    threads = started(worker, Requeuer(queues))
+    wait_for(lambda: queues.counts().accepted == 1, timeout=10)
+    stop_all(queues, key, *threads)
+    assert metrics.snapshot().expired == 0

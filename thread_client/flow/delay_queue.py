@@ -1,4 +1,4 @@
-"""A queue.Queue whose items come out earliest-ready first, and only once their time has come."""
+"""A closable queue whose items come out earliest-ready first, and only once their time has come."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import queue
 from typing import Any
 
 from ..clock import Clock, monotonic
+from ..errors import QueueClosed
+from .closable import ClosableQueue
 
 __all__ = ["DelayQueue"]
 
 
-class DelayQueue(queue.Queue):
+class DelayQueue(ClosableQueue):
     """The dead letter queue: failed requests wait here out their retry backoff.
 
-    Unbounded (a retry must never be refused), built like ``queue.PriorityQueue``:
-    entries are ``(ready_at, sequence, item)`` on a heap. ``get()`` blocks until
-    the earliest item is ready; a ``put()`` of an earlier item wakes it through
-    ``not_empty``, so nothing waits longer than it must.
+    Unbounded (a retry must never be refused, not even once closed: what is put
+    after ``close()`` waits for the shutdown's ``drain()``), built like
+    ``queue.PriorityQueue``: entries are ``(ready_at, sequence, item)`` on a heap.
+    ``get()`` blocks until the earliest item is ready; a ``put()`` of an earlier
+    item wakes it through ``not_empty``, so nothing waits longer than it must.
     """
 
     def __init__(self, clock: Clock = monotonic) -> None:
@@ -39,19 +42,25 @@ class DelayQueue(queue.Queue):
         return heapq.heappop(self.queue)
 
     def put_at(self, item: Any, ready_at: float) -> None:
-        """Add ``item``, to come out no earlier than ``ready_at`` (monotonic seconds)."""
-        self.put((ready_at, next(self._sequence), item))
+        """Add ``item``, to come out no earlier than ``ready_at`` (monotonic seconds); never refused."""
+        with self.not_empty:
+            self._put((ready_at, next(self._sequence), item))
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return the earliest item once it is ready.
 
         Blocks at most ``timeout`` seconds (forever if None; not at all if ``block``
-        is false) and raises queue.Empty if no item is ready by then.
+        is false) and raises queue.Empty if no item is ready by then, QueueClosed
+        once the queue is closed.
         """
         with self.not_empty:
             now = self._clock()
             deadline = None if timeout is None or not block else now + timeout
             while True:
+                if self._closed:
+                    raise QueueClosed
                 wait = self.queue[0][0] - now if self.queue else None
                 if wait is not None and wait <= 0:
                     return self._get()[2]
@@ -63,8 +72,5 @@ class DelayQueue(queue.Queue):
                 now = self._clock()
 
     def drain(self) -> list[Any]:
-        """Remove and return every item, ready or not (shutdown)."""
-        with self.mutex:
-            items = [entry[2] for entry in sorted(self.queue)]
-            self.queue.clear()
-            return items
+        """Remove and return every item, ready or not, earliest first (shutdown)."""
+        return [entry[2] for entry in super().drain()]

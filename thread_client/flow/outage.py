@@ -53,7 +53,8 @@ class OutageGate:
         self._probe_cap = probe_cap
         self._repeat_log = repeat_log
         self._clock = clock
-        # Guards every field below; `_changed` is notified when the outage ends, so waiting workers resume.
+        # Guards every field below; `_changed` is notified when the outage ends, so waiting workers resume,
+        # and on close, so they stop.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._last_answer = clock()
@@ -63,6 +64,7 @@ class OutageGate:
         self._logged_at = -math.inf
         self._next_probe: dict[str, float] = {}
         self._probes: dict[str, int] = {}
+        self._closed = False
 
     def __repr__(self) -> str:
         state = self.state()
@@ -104,13 +106,18 @@ class OutageGate:
             silent, cause,
         )
 
-    def may_take(self, key: str, timeout: float) -> bool:
+    def may_take(self, key: str, timeout: float | None = None) -> bool:
         """True if a worker of ``key`` may take a request now: always outside an outage, and during
-        one only for the key's next probe. Waits up to ``timeout`` seconds for either."""
+        one only for the key's next probe. Waits up to ``timeout`` seconds (None: as long as it
+        takes) for either; False at once when the gate is closed (the daemon stops)."""
         with self._changed:
             now = self._clock()
-            deadline = now + timeout
-            while self._outage_since is not None:
+            deadline = math.inf if timeout is None else now + timeout
+            while True:
+                if self._closed:
+                    return False
+                if self._outage_since is None:
+                    return True
                 due = self._next_probe.get(key, now)
                 if due <= now:
                     tries = self._probes.get(key, 0)
@@ -121,7 +128,12 @@ class OutageGate:
                     return False
                 self._changed.wait(min(due, deadline) - now)
                 now = self._clock()
-            return True
+
+    def close(self) -> None:
+        """Let no worker take work any more, and wake every one waiting for a probe. Idempotent."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
     def state(self) -> OutageState:
         with self._lock:

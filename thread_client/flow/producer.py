@@ -15,10 +15,11 @@ __all__ = ["Producer"]
 
 
 class Producer(ManagedThread):
-    """Runs until the source ends or ``stop`` is set. A line that is no request is recorded as
-    ``invalid_input`` at once; a request caught by the stop while waiting for room in the main
-    queue is buried as ``shutdown``, or left for the next run. When the source ends, it waits
-    until every request taken in has its final outcome and calls ``on_exhausted``."""
+    """Runs until the source ends, ``stop`` is set (the source watches it) or the queues are closed.
+    A line that is no request is recorded as ``invalid_input`` at once; a request caught by the stop
+    while waiting for room in the main queue is buried as ``shutdown``, or left for the next run.
+    When the source ends, it waits until every request taken in has its final outcome and calls
+    ``on_exhausted``."""
 
     def __init__(
         self,
@@ -44,9 +45,7 @@ class Producer(ManagedThread):
             elif isinstance(item, UnknownFate):
                 self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
                                     item.reason)
-            elif not self._queues.submit(
-                Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt), self._stopping
-            ):
+            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt)):
                 return
-        if self._queues.wait_until_settled(self._stopping):
+        if self._queues.wait_until_settled():
             self._on_exhausted()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..clock import Clock, monotonic
+from ..errors import QueueClosed
+from .closable import ClosablePriorityQueue
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
 from ..parts import ResultSink
@@ -59,10 +61,11 @@ class QueueCounts:
 class QueueManager:
     """Main queue (bounded, retries first), dead letter queue and graveyard, shared by all threads.
 
-    The main queue is a ``queue.PriorityQueue``: the producer blocks on it when it
-    is full (backpressure) and retries jump ahead of new requests. Failed requests
-    wait out their backoff in the DLQ until the requeue thread moves them back.
-    How long, and whether at all, is the retry policy's decision, not this class's.
+    The main queue is a priority queue: the producer blocks on it when it is full
+    (backpressure) and retries jump ahead of new requests. Failed requests wait out
+    their backoff in the DLQ until the requeue thread moves them back. How long, and
+    whether at all, is the retry policy's decision, not this class's. ``close()``
+    (the stop) wakes every thread blocked on either queue or on the settling at once.
     """
 
     def __init__(
@@ -84,11 +87,11 @@ class QueueManager:
         self.ttl = ttl
         self.queue_size = queue_size
         self._clock = clock
-        self._main: queue.PriorityQueue[tuple[int, int, Request]] = queue.PriorityQueue(queue_size)
+        self._main = ClosablePriorityQueue(queue_size)
         self._dlq = DelayQueue(clock)
         self._order = itertools.count()
         # Guards the counters below; never held across a blocking queue call. `_settled_all` is
-        # notified when every request created has reached its final state.
+        # notified when every request created has reached its final state, and on close.
         self._lock = threading.Lock()
         self._settled_all = threading.Condition(self._lock)
         self._created = 0
@@ -96,22 +99,26 @@ class QueueManager:
         self._finished = 0  # accepted, buried or left for the next run
         self._left = 0
         self._in_flight = 0
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<QueueManager {self.counts().identity()}>"
 
     # -- producer ------------------------------------------------------------
 
-    def submit(self, request: Request, stop: threading.Event, poll: float = 0.25) -> bool:
+    def submit(self, request: Request) -> bool:
         """Count ``request`` as created and queue it, blocking while the main queue is full.
 
-        Returns False if ``stop`` was set first; the request is then buried as ``shutdown``, or
-        left for the next run if unsent requests are kept.
+        Returns False if the queues are or get closed first; the request is then buried as
+        ``shutdown``, or left for the next run if unsent requests are kept.
         """
         with self._lock:
             self._created += 1
-        if self._put_until_stopped(_NEW_LANE, request, stop, poll):
+        try:
+            self._main.put((_NEW_LANE, next(self._order), request))
             return True
+        except QueueClosed:
+            pass
         if self._keep_unsent:
             self._leave(1)
         else:
@@ -130,9 +137,10 @@ class QueueManager:
 
     # -- workers -------------------------------------------------------------
 
-    def take(self, timeout: float) -> Request | None:
+    def take(self, timeout: float | None = None) -> Request | None:
         """The next request (retries first), now in flight with a fresh time-to-live for its wait
-        for a rate-limit slot; None if none came within ``timeout``."""
+        for a rate-limit slot; None if none came within ``timeout`` (None: wait for one). Raises
+        QueueClosed once the queues are closed."""
         try:
             request = self._main.get(timeout=timeout)[2]
         except queue.Empty:
@@ -183,13 +191,13 @@ class QueueManager:
             self._created += 1
             self._count_finished()
 
-    def wait_until_settled(self, stop: threading.Event, poll: float = 0.25) -> bool:
-        """Block until every request created has its final outcome (True), or ``stop`` is set (False)."""
+    def wait_until_settled(self) -> bool:
+        """Block until every request created has its final outcome (True), or the queues are closed (False)."""
         with self._settled_all:
             while self._finished < self._created:
-                if stop.is_set():
+                if self._closed:
                     return False
-                self._settled_all.wait(poll)  # the stop event cannot notify this condition: look at it again
+                self._settled_all.wait()
             return True
 
     def _record_burial(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
@@ -206,35 +214,37 @@ class QueueManager:
 
     # -- requeue thread ------------------------------------------------------
 
-    def requeue_ready(self, stop: threading.Event, timeout: float, poll: float = 0.25) -> bool:
-        """Move one request whose backoff is over from the DLQ to the front of the main queue.
-        Returns False if none was ready within ``timeout``."""
+    def requeue_ready(self, timeout: float | None = None) -> bool:
+        """Move one request whose backoff is over from the DLQ to the front of the main queue,
+        waiting for one and for room. Returns False if none was ready within ``timeout`` (None:
+        wait for one); raises QueueClosed once the queues are closed (a request on its way back
+        goes to the DLQ again, for the shutdown drain)."""
         try:
             request = self._dlq.get(timeout=timeout)
         except queue.Empty:
             return False
         with self._lock:
-            self._in_flight += 1
-        if self._put_until_stopped(_RETRY_LANE, request, stop, poll):
-            with self._lock:
-                self._in_flight -= 1
-        else:
-            self.hand_back(request)  # stopping: back to the DLQ, for the shutdown drain
+            self._in_flight += 1  # in this thread's hands between the two queues
+        try:
+            self._main.put((_RETRY_LANE, next(self._order), request))
+        except QueueClosed:
+            self.hand_back(request)  # back to the DLQ, for the shutdown drain
+            raise
+        with self._lock:
+            self._in_flight -= 1
         return True
 
-    def _put_until_stopped(self, lane: int, request: Request, stop: threading.Event, poll: float) -> bool:
-        """Put ``request`` into the main queue in ``lane``, waiting for room; False if ``stop`` came first.
-        (``Queue.put`` cannot wait on an event too, so the wait is sliced by ``poll``.)"""
-        entry = (lane, next(self._order), request)
-        while not stop.is_set():
-            try:
-                self._main.put(entry, timeout=poll)
-                return True
-            except queue.Full:
-                continue
-        return False
-
     # -- shutdown and metrics -------------------------------------------------
+
+    def close(self) -> None:
+        """Stop: every thread blocked on the main queue (producer, workers), the DLQ (the requeue
+        thread) or the settling (the producer at the end of its input) wakes at once, and no more
+        work is put or taken; retries and hand-backs still land in the DLQ, for ``drain()``."""
+        with self._lock:
+            self._closed = True
+            self._settled_all.notify_all()
+        self._main.close()
+        self._dlq.close()
 
     def drain(self, outcome: FinalOutcome = FinalOutcome.SHUTDOWN, detail: str = "") -> int:
         """Empty the main queue and the DLQ; returns how many. If unsent requests are kept (the
@@ -243,15 +253,9 @@ class QueueManager:
         input after the cause is fixed sends them (those sent once marked as resumed). A local
         decision never buries the user's work. Otherwise they are buried with ``outcome``.
 
-        Call once the threads that put into the queues are stopped, or more may arrive.
+        Call once the threads that put into the queues are stopped (after ``close()``), or more may arrive.
         """
-        requests = []
-        while True:
-            try:
-                requests.append(self._main.get_nowait()[2])
-            except queue.Empty:
-                break
-        requests += self._dlq.drain()
+        requests = [entry[2] for entry in self._main.drain()] + self._dlq.drain()
         if self._keep_unsent:
             self._leave(len(requests))
             return len(requests)

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import threading
-
-from .queues import QueueManager
+from ..errors import QueueClosed
 from ..threads import ManagedThread
+from .queues import QueueManager
 
 __all__ = ["Requeuer"]
 
 
 class Requeuer(ManagedThread):
-    def __init__(self, queues: QueueManager, stop: threading.Event, poll: float = 0.25) -> None:
+    """Blocks on the DLQ until a request is ready, then on the main queue until it has room; ends when
+    the queues are closed (the stop wakes it at once)."""
+
+    def __init__(self, queues: QueueManager) -> None:
         super().__init__("dlq-requeue")
         self._queues = queues
-        self._stopping = stop
-        self._poll = poll
 
     def work(self) -> None:
-        while not self._stopping.is_set():
-            self._queues.requeue_ready(self._stopping, timeout=self._poll)
+        try:
+            while True:
+                self._queues.requeue_ready()
+        except QueueClosed:
+            return

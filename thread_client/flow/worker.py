@@ -9,8 +9,8 @@ from typing import Callable
 from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
-    AnswerTimedOut, ConnectFailed, KeyNotHeld, LimiterClosed, LimiterTimeout, SendOvertaken, StaleConnection,
-    TransportError,
+    AnswerTimedOut, ConnectFailed, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed, SendOvertaken,
+    StaleConnection, TransportError,
 )
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
@@ -59,7 +59,7 @@ class Worker(ManagedThread):
         journal: Journal | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
-        poll: float = 0.25,
+        lease_poll: float = 0.25,
     ) -> None:
         super().__init__(f"worker-{key.secret[:4]}-{index}")
         self.key = key
@@ -77,7 +77,7 @@ class Worker(ManagedThread):
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
         self._clock = clock
-        self._poll = poll
+        self._lease_poll = lease_poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
         self._holding: Request | None = None
 
@@ -89,20 +89,7 @@ class Worker(ManagedThread):
                 (request, nonce), self._earlier_send = self._earlier_send, None
                 self._holding = request
                 self._settle_earlier_send(request, nonce)
-            while not self._stopping.is_set() and self.key.retired_because is None:
-                if not self.key.may_send():  # a shared key this daemon does not hold now: take no work for it
-                    self._stopping.wait(self._poll)
-                    continue
-                if not self._outage.may_take(self.key.name, self._poll):
-                    continue
-                try:
-                    if not self.key.limiter.wait_ready(self._poll):  # held, or every slot busy: take no work
-                        continue
-                except LimiterClosed:
-                    break
-                request = self._queues.take(self._poll)
-                if request is None:
-                    continue
+            while (request := self._next_request()) is not None:
                 self._holding = request
                 try:
                     self._handle(request)
@@ -115,6 +102,22 @@ class Worker(ManagedThread):
             if self._holding is not None:
                 self._hand_back(self._holding)
             self._transport.close()
+
+    def _next_request(self) -> Request | None:
+        """Block until this key can send and a request is there; None once there will be none: the key
+        is retired (its limiter closed) or the daemon stops (the queues, the outage gate and the
+        limiter each wake their waiters at once). A key that cannot send takes no work meanwhile."""
+        try:
+            while not self._stopping.is_set():
+                if not self.key.may_send():  # a shared key this daemon does not hold now
+                    self._stopping.wait(self._lease_poll)
+                elif not self._outage.may_take(self.key.name):  # closed: the daemon stops
+                    return None
+                elif self.key.limiter.wait_ready():
+                    return self._queues.take()
+        except (LimiterClosed, QueueClosed):
+            pass
+        return None
 
     def _handle(self, request: Request) -> None:
         permit = self._acquire(request)

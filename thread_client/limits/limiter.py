@@ -112,6 +112,7 @@ class ThreadSafeRateLimiter:
         self._sequence = 0
         self._nonce_skip = _FIRST_NONCE_SKIP  # doubles with every invalid nonce, back to the first on an accept
         self._closed = False
+        self._taking = True  # False once the daemon stops: wait_ready() refuses, permits out are still given back
 
     def __repr__(self) -> str:
         state = self.state()
@@ -173,7 +174,7 @@ class ThreadSafeRateLimiter:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until a send would be allowed at once (True) or ``timeout`` seconds pass (False);
-        raises LimiterClosed if the limiter is or gets closed.
+        raises LimiterClosed if the limiter is or gets closed, or stops taking work.
 
         Workers ask this before they take a request: a key that cannot send (held after a
         Retry-After or a strike, every slot in flight) takes no work it could only hand back,
@@ -183,7 +184,7 @@ class ThreadSafeRateLimiter:
             now = self._clock()
             deadline = math.inf if timeout is None else now + timeout
             while True:
-                if self._closed:
+                if self._closed or not self._taking:
                     raise LimiterClosed(self.name)
                 delay = self._delay_until_free(now)
                 if delay <= 0:
@@ -259,6 +260,14 @@ class ThreadSafeRateLimiter:
         a previous run of the client may have left in the server's ring)."""
         with self._changed:
             self._held_until = max(self._held_until, self._clock() + seconds)
+
+    def stop_taking(self) -> None:
+        """The daemon stops: ``wait_ready`` raises LimiterClosed from now on and every worker waiting
+        in it wakes, while a request already taken may still get its permit (and settle) in the
+        shutdown's grace. Idempotent."""
+        with self._changed:
+            self._taking = False
+            self._changed.notify_all()
 
     def close(self) -> None:
         """Refuse every further acquire and wake every waiter with LimiterClosed. Idempotent."""

@@ -1,0 +1,82 @@
+"""A queue that can be closed: every thread blocked on it wakes at once (Python 3.13's ``Queue.shutdown``, on 3.11)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+from ..errors import QueueClosed
+
+__all__ = ["ClosableQueue", "ClosablePriorityQueue"]
+
+
+class ClosableQueue(queue.Queue):
+    """A ``queue.Queue`` whose ``close()`` wakes every waiter: from then on ``put()`` and ``get()`` raise
+    QueueClosed at once, as 3.13's ``shutdown(immediate=True)`` does, however full the queue is; what
+    it still holds is taken with ``drain()``. So a stop reaches a thread blocked on a queue at once,
+    with no loop that wakes every so often to look at a flag.
+
+    Subclasses change the order of items the way ``queue.PriorityQueue`` does (``_init``, ``_put``,
+    ``_get``); ``put`` and ``get`` here are ``Queue``'s own loops with the closed check added.
+    """
+
+    def __init__(self, maxsize: int = 0) -> None:
+        super().__init__(maxsize)
+        self._closed = False  # guarded by self.mutex; set once by close(), which wakes both conditions
+
+    def close(self) -> None:
+        """Refuse every further put and get and wake every thread waiting in one. Idempotent."""
+        with self.mutex:
+            self._closed = True
+            self.not_empty.notify_all()
+            self.not_full.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """``Queue.put``; raises QueueClosed if the queue is or gets closed before there is room."""
+        with self.not_full:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if self._closed:
+                    raise QueueClosed
+                if self.maxsize <= 0 or self._qsize() < self.maxsize:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not block or (remaining is not None and remaining <= 0):
+                    raise queue.Full
+                self.not_full.wait(remaining)
+            self._put(item)
+            self.unfinished_tasks += 1
+            self.not_empty.notify()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """``Queue.get``; raises QueueClosed if the queue is or gets closed before an item comes."""
+        with self.not_empty:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if self._closed:
+                    raise QueueClosed
+                if self._qsize():
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not block or (remaining is not None and remaining <= 0):
+                    raise queue.Empty
+                self.not_empty.wait(remaining)
+            item = self._get()
+            self.not_full.notify()
+            return item
+
+    def drain(self) -> list[Any]:
+        """Remove and return every item, in order, closed or not (the shutdown's last look)."""
+        with self.mutex:
+            items = [self._get() for _ in range(self._qsize())]
+            self.not_full.notify_all()
+            return items
+
+
+class ClosablePriorityQueue(ClosableQueue, queue.PriorityQueue):
+    """A ``queue.PriorityQueue`` that can be closed: lowest entry first."""
