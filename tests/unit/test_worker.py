@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+import pytest
 from conftest import wait_for
 from thread_client.limits.keys import ApiKey
 from thread_client.io.graveyard import Graveyard
@@ -143,3 +144,46 @@ def test_a_key_whose_hold_ends_takes_the_waiting_work_and_sends_it():
     wait_for(lambda: queues.counts().accepted == 1, timeout=10)
     stop_all(queues, key, *threads)
     assert metrics.snapshot().expired == 0
+
+
+class NestedBody:
+    """Answers 200 with a body nested so deep that a JSON parser gives up, then the contract's OK."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+        self.calls += 1
+        if self.calls == 1:
+            return Answer(200, b"[" * 100_000, None)
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+class FailingJournal:
+    """A send journal whose first write fails (a full disk, a store that refuses writes)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def sending(self, request: Request, key: str, nonce: int) -> None:
+        self.lines += 1
+        if self.lines == 1:
+            raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("transport, journal", [(NestedBody(), None), (AlwaysOk(), FailingJournal())],
+                         ids=["a body nested too deep to parse", "a journal write that fails"])
+def test_every_permit_is_given_back_whatever_raises_after_it_was_taken(transport, journal):
+    queues = QueueManager(Graveyard(None), queue_size=10)
+    key = new_key()
+    worker = Worker(key, queues, transport, RetryPolicy(backoff_base=0.01), OutageGate(), threading.Event(),
+                    journal=journal)
+    queues.submit(Request("1", time.monotonic()))
+    threads = started(worker, Requeuer(queues))
+    wait_for(lambda: queues.counts().accepted == 1, timeout=10)
+    stop_all(queues, key, *threads)
+    assert worker.failure is None and queues.counts().balanced
+    assert key.limiter.state().in_flight == 0  # the slot of the attempt that raised was given back

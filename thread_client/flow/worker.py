@@ -194,12 +194,27 @@ class Worker(ManagedThread):
 
         * 200: accepted now (a late first copy can only be refused: its nonce is spent);
         * 400 invalid nonce: the first copy was accepted, since no later nonce was sent on this key;
-        * anything else says nothing of the first copy: back off (holding the key, which sends
-          nothing else meanwhile) and ask again.
+        * anything else says nothing of the first copy. What it says of the key is carried out as
+          for any answer (a strike holds the key, a Retry-After pauses it, a block, 401 or 403
+          retires it, a wrong endpoint stops the daemon); unless the key is gone, the same nonce
+          is asked again after a backoff (the key sends nothing else meanwhile).
 
-        A stop lets this finish (the daemon's shutdown grace); returns ``unknown`` once the key's
-        limiter closes before an answer settles it.
+        A stop lets this finish (the daemon's shutdown grace). It ends ``unknown``, never with a
+        fresh nonce, when the key's limiter closes, its lease ends, it is retired, or anything
+        raises first; the key's order gate then stops waiting on the first copy, so the key can
+        send again (a later nonce can only make a late first copy be refused).
         """
+        try:
+            reading = self._ask_until_settled(first, request)
+        except Exception:
+            log.exception("%s: settling nonce %d failed", self.key.name, first.nonce)
+            reading = Reading(Outcome.UNKNOWN, f"settling nonce {first.nonce} on {self.key.name} failed")
+        if reading.outcome is Outcome.UNKNOWN:
+            self.key.limiter.give_up_order(first)
+        return reading
+
+    def _ask_until_settled(self, first: Permit, request: Request) -> Reading:
+        """The loop of ``_settle``: the reading that settles the first copy, or an ``unknown`` one."""
         limiter = self.key.limiter
         asked = 0
         while True:
@@ -208,13 +223,13 @@ class Worker(ManagedThread):
             asked += 1
             try:
                 permit = limiter.acquire(resend_of=first)
-            except LimiterClosed:
-                break
+            except (LimiterClosed, SendOvertaken):
+                return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
             if not self.key.may_send():  # a shared key's lease is gone: another owner's nonces may follow
                 limiter.cancel(permit)
                 return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} ended before nonce {first.nonce} "
                                                 "was settled")
-            reading, _ = self._exchange(permit, request)
+            reading, retry_after = self._exchange(permit, request)
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
             if reading.outcome is Outcome.INVALID_NONCE:
@@ -222,7 +237,13 @@ class Worker(ManagedThread):
             self._listener.attempted(self.key.name, reading.outcome)
             if reading.outcome.ambiguous:
                 request.ambiguous += 1
-        return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
+            # Never spends the request's retries: asking again is the only way to learn its fate.
+            action = self._policy.decide(reading.outcome, 0, retry_after, detail=reading.detail,
+                                         during_outage=self._outage.active)
+            self._apply_to_key(reading, action, retry_after)
+            if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
+                return Reading(Outcome.UNKNOWN, f"{reading.detail or reading.outcome.value} before nonce "
+                                                f"{first.nonce} on {self.key.name} was settled")
 
     def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading, float | None]:
         """At-least-once, a kept connection the server had closed under the request: send the same
@@ -283,14 +304,16 @@ class Worker(ManagedThread):
         self._holding = None
 
     def _exchange(self, permit: Permit, request: Request) -> tuple[Reading, float | None]:
-        """Send ``permit``'s nonce once and give the permit back as the outcome allows. Returns the
-        reading and the Retry-After; ``_STALE`` for a first send over a stale connection."""
+        """Send ``permit``'s nonce once and give the permit back as the outcome allows, whatever
+        raises on the way (a journal that cannot be written, a bug): a slot is never left marked in
+        flight. Returns the reading and the Retry-After; ``_STALE`` for a first send over a stale
+        connection."""
         limiter = self.key.limiter
         if self._journal is not None and not permit.resend:  # a resend repeats a send already written down
             try:
                 self._journal.sending(request, self.key.name, permit.nonce)
-            except KeyNotHeld:
-                limiter.cancel(permit)
+            except BaseException:
+                limiter.cancel(permit)  # nothing was sent
                 raise
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
@@ -307,11 +330,15 @@ class Worker(ManagedThread):
             self._outage.failed("timeouts" if timed_out else "connections reset")
             return Reading(Outcome.TIMEOUT if timed_out else Outcome.CONNECTION_RESET, exc.detail), None
         except BaseException:
-            limiter.release(permit, answered_at=None)  # never leave a slot marked in flight
+            limiter.release(permit, answered_at=None)
             raise
-        request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
-        reading = classify(answer.status, answer.body, request.req_id)
-        limiter.release(permit, self._clock(), accepted=reading.outcome is Outcome.ACCEPTED)
+        answered_at, accepted = self._clock(), False
+        try:
+            request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
+            reading = classify(answer.status, answer.body, request.req_id)
+            accepted = reading.outcome is Outcome.ACCEPTED
+        finally:
+            limiter.release(permit, answered_at, accepted=accepted)
         self._outage.answered()
         if answer.replaced_stale:
             self._listener.stale_connection()
@@ -319,6 +346,20 @@ class Worker(ManagedThread):
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:
         """Apply a failed attempt's action: first to the key (so no other send slips in), then to the request."""
+        self._apply_to_key(reading, action, retry_after)
+        outcome = reading.outcome
+        if action.request is RequestStep.RETRY:
+            self._queues.retry(request, outcome.value, action.delay, spend=action.spend)
+        elif action.request is RequestStep.HAND_BACK:
+            self._queues.hand_back(request)
+        else:
+            self._queues.bury(request, action.final, action.reason, failure=outcome.value)
+        self._holding = None
+        if action.request is RequestStep.RETRY and action.spend:
+            self._listener.retried()
+
+    def _apply_to_key(self, reading: Reading, action: Action, retry_after: float | None) -> None:
+        """What an answer says about the key that sent it: hold, pause, resync, retire, or stop the daemon."""
         limiter = self.key.limiter
         if action.key is KeyStep.HOLD:
             self._strike(reading, action.key_delay)
@@ -337,14 +378,3 @@ class Worker(ManagedThread):
         if action.stop:
             self._on_stop(action.reason, f"{self._transport.endpoint} answered {reading.detail}: "
                                          "the endpoint is wrong (check --url)")
-
-        outcome = reading.outcome
-        if action.request is RequestStep.RETRY:
-            self._queues.retry(request, outcome.value, action.delay, spend=action.spend)
-        elif action.request is RequestStep.HAND_BACK:
-            self._queues.hand_back(request)
-        else:
-            self._queues.bury(request, action.final, action.reason, failure=outcome.value)
-        self._holding = None
-        if action.request is RequestStep.RETRY and action.spend:
-            self._listener.retried()

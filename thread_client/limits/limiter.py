@@ -235,6 +235,14 @@ class ThreadSafeRateLimiter:
                 self._order_open_at = -math.inf
             self._changed.notify_all()
 
+    def give_up_order(self, permit: Permit) -> None:
+        """The send of ``permit`` gets no answer this run (a settle cut short): the order gate stops
+        waiting on it, so the key can send again; its slot keeps its unanswered hold."""
+        with self._changed:
+            if permit.sequence == self._sequence:
+                self._order_open_at = min(self._order_open_at, self._clock())
+            self._changed.notify_all()
+
     def note_rate_limited(self) -> float:
         """A 429 arrived although the window rule forbids it (a strike): hold the key back a full
         window plus the unanswered hold, so every stamp it may have left in the server's ring has

@@ -82,9 +82,11 @@ def classify(status: int, body: bytes, req_id: str) -> Reading:
 
 
 def _json_object(body: bytes) -> dict | None:
+    """The body as a JSON object, or None for anything else: not JSON, not UTF-8, or nested so deep
+    that the parser gives up (a body is the server's, and must never crash the reading of it)."""
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return payload if isinstance(payload, dict) else None
 
