@@ -106,7 +106,7 @@ class Daemon:
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
-                on_stop=self._on_stop, journal=journal, earlier_send=earlier.get(key.name) if index == 0 else None,
+                on_stop=self._on_stop, journal=journal, earlier_send=earlier.get(key.id) if index == 0 else None,
                 clock=clock,
             )
             for key in keys
@@ -124,17 +124,18 @@ class Daemon:
         self._shutdown_lock = threading.Lock()
 
     def _take_up(self, earlier_sends: Mapping[str, EarlierSend]) -> dict[str, tuple[Request, int]]:
-        """The requests of ``earlier_sends`` as in flight, each with its nonce, by the key that settles
-        it; one whose key this run does not drive cannot be settled: its record says ``unknown``."""
-        names = {key.name for key in self.keys}
+        """The requests of ``earlier_sends`` (by key id) as in flight, each with its nonce, by the id of
+        the key that settles it; one whose key this run does not drive cannot be settled: its record
+        says ``unknown``."""
+        names = {key.id: key.name for key in self.keys}
         taken_up = {}
-        for name, send in earlier_sends.items():
+        for kid, send in earlier_sends.items():
             request = Request(send.id, self._clock(), send.params, resumed=True)
-            request.key, request.nonce = name, send.nonce
-            if name in names:
-                taken_up[name] = (self.queues.adopt(request), send.nonce)
+            request.key, request.nonce = names.get(kid, f"key id {kid}"), send.nonce
+            if kid in names:
+                taken_up[kid] = (self.queues.adopt(request), send.nonce)
             else:
-                self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key {name} before"
+                self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key id {kid} before"
                                                                   " the restart, and that key is not among this run's keys")
         return taken_up
 

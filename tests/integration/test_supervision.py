@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import run_client
+from conftest import KEYS, run_client
 from thread_client.config import Config
 from thread_client.daemon import Daemon
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.sources import SyntheticSource
 from thread_client.io.transport import HttpTransport
-from thread_client.limits.keys import ApiKey, HostKeyPool
+from thread_client.limits.keys import ApiKey, HostKeyPool, key_id
 from thread_client.policy.retry import RetryPolicy
 
 
@@ -55,7 +55,8 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost(fast_server, tmp_path,
     with caplog.at_level(logging.CRITICAL):
         summary = daemon.run()
     restarted = {t.name: t.restarts for t in daemon.workers if t.restarts}
-    assert restarted == {"worker-UT4N-0": 2, "worker-UT4N-1": 2}  # each has its own transport, killed twice
+    victim = f"worker-{key_id(KEYS[0])[:6]}"  # thread names carry the key's id, never a piece of the secret
+    assert restarted == {f"{victim}-0": 2, f"{victim}-1": 2}  # each has its own transport, killed twice
     assert any("restarting it" in r.getMessage() and r.exc_info for r in caplog.records)
     assert summary.exit_code == 0 and summary.counts.balanced and not summary.threads_died
     assert summary.counts.in_flight == 0 and summary.graveyard_by_outcome.keys() <= {"shutdown"}
@@ -69,7 +70,7 @@ def test_a_worker_that_keeps_dying_stops_the_daemon_with_exit_1_and_loses_nothin
     assert summary.stop_reason == "a thread kept dying" and summary.exit_code == 1
     assert summary.duration_s < 30
     dead = summary.threads_died
-    assert dead and all(name.startswith("worker-UT4N") for name in dead)
+    assert dead and all(name.startswith(f"worker-{key_id(KEYS[0])[:6]}") for name in dead)
     assert summary.counts.balanced and summary.counts.in_flight == 0  # every request it held was handed back
     assert fast_server.stats()["totals"]["accepted"] == summary.counts.accepted
 

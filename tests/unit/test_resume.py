@@ -9,8 +9,16 @@ import threading
 
 import pytest
 
+from thread_client.flow.outage import OutageGate
+from thread_client.flow.queues import QueueManager
+from thread_client.flow.worker import Worker
+from thread_client.io.graveyard import Graveyard
 from thread_client.io.jsonlines import JsonLinesFile
-from thread_client.io.resume import EarlierSend, ResumePoint
+from thread_client.io.resume import EarlierSend, ResumePoint, SendJournal
+from thread_client.limits.keys import HostKeyPool
+from thread_client.parts import Answer
+from thread_client.policy.retry import RetryPolicy
+from thread_client.request import Request
 
 
 def write_lines(path, records) -> None:
@@ -91,3 +99,38 @@ def test_a_durable_append_returns_only_once_its_line_was_synced(tmp_path, monkey
         thread.join()
     journal.close()
     assert not_synced == [] and len(path.read_text().splitlines()) == 160
+
+
+class AlwaysOk:
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+        return Answer(200, json.dumps({"status": "OK", "req_id": req_id}).encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path):
+    # Alike at both ends (both show as AAAA...ZZZZ), and two short keys (both all stars): a restart that
+    # grouped sends by the shown name settled one key's send on the other, or lost one.
+    secrets = ["AAAA1111111111ZZZZ", "AAAA2222222222ZZZZ", "abc", "xyz"]
+    pool = HostKeyPool.open(secrets, state_dir=str(tmp_path / "state"), rate=20, window=1.001, order_latency=0.0,
+                            unanswered_hold=1.0)
+    try:
+        keys = list(pool)
+        assert len({key.name for key in keys}) == 4 and len({key.id for key in keys}) == 4
+        results = tmp_path / "results.jsonl"
+        journal = SendJournal(str(results))
+        queues = QueueManager(Graveyard(None))
+        for number, key in enumerate(keys):
+            queues.submit(Request(f"r{number}", 0.0))
+            worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), journal=journal)
+            worker._handle(queues.take(timeout=0))  # one send each, on this thread: journaled, never recorded
+        journal.close()
+        names = {key.name for key in keys}
+        resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+        assert {kid: send.id for kid, send in resume.unsettled.items()} == {
+            key.id: f"r{number}" for number, key in enumerate(keys)}
+        assert not names & set(resume.unsettled)  # by id, never by the shown name
+        resume.close()
+    finally:
+        pool.release()

@@ -61,7 +61,7 @@ class Worker(ManagedThread):
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
     ) -> None:
-        super().__init__(f"worker-{key.secret[:4]}-{index}")
+        super().__init__(f"worker-{key.id[:6]}-{index}")  # the key's id, never a piece of the secret
         self.key = key
         self._queues = queues
         self._listener = listener
@@ -311,7 +311,7 @@ class Worker(ManagedThread):
         limiter = self.key.limiter
         if self._journal is not None and not permit.resend:  # a resend repeats a send already written down
             try:
-                self._journal.sending(request, self.key.name, permit.nonce)
+                self._journal.sending(request, self.key.id, permit.nonce)
             except BaseException:
                 limiter.cancel(permit)  # nothing was sent
                 raise

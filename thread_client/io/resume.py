@@ -17,7 +17,7 @@ __all__ = ["EarlierSend", "ResumePoint", "SendJournal"]
 
 
 class SendJournal(JsonLinesOutput):
-    """A ``Journal``: ``<results>.sent``, one line (id, key, nonce, params) written before each send,
+    """A ``Journal``: ``<results>.sent``, one line (id, key id, nonce, params) written before each send,
     so a restart can tell the requests that may have reached the exchange from those that never
     left, and send the last one of each key again with its own nonce. ``durable``: each line is on
     the disk before its send leaves (group-committed), so even a power loss cannot hide a send."""
@@ -30,6 +30,7 @@ class SendJournal(JsonLinesOutput):
         return f"<SendJournal {self.path}>"
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
+        """Write down that ``request`` leaves now on the key whose id is ``key``, with ``nonce``."""
         self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params})
 
 
@@ -39,7 +40,7 @@ class EarlierSend:
     the same nonce is sent again on the same key, before anything else (exactly-once)."""
 
     id: str
-    key: str
+    key: str  # the key's id (``key_id``), never its shown name: two keys may show the same
     nonce: int
     params: dict[str, str] = field(default_factory=dict)
 
@@ -50,7 +51,7 @@ class ResumePoint:
     * ``skip``: ids the source passes over: those with a final record, and the ``unsettled`` ones;
     * ``resumed``: ids sent without a final record, whose last send was answered before the key's
       next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
-    * ``unsettled``: per masked key name, its last send if that request has no final record and
+    * ``unsettled``: per key id, its last send if that request has no final record and
       that send is its latest: in exactly-once it may have been accepted unanswered, and is settled
       with its own nonce before the key sends anything else (one request in flight per key).
 

@@ -27,7 +27,7 @@ class KeyState:
         self.name = name
         folder = Path(state_dir)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stem = "key-" + hashlib.sha256(secret.encode()).hexdigest()[:24]
+        stem = "key-" + hashlib.sha256(secret.encode()).hexdigest()[:24]  # (24 hex digits: kept from earlier runs)
         self._lock_path = folder / f"{stem}.lock"
         self._mark_path = folder / f"{stem}.nonce"
         self._fd: int | None = None

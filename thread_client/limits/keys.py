@@ -1,7 +1,9 @@
-"""The API keys in use: each key's secret, masked name, limiter and retirement, and the pool of them."""
+"""The API keys in use: each key's secret, id, shown name, limiter and retirement, and the pool of them."""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import threading
 from typing import Callable, Iterable, Iterator
 
@@ -10,23 +12,40 @@ from .host_state import KeyState
 from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
 
-__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "mask"]
+__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
+
+
+def key_id(secret: str) -> str:
+    """A stable, non-reversible id of an API key, the same on every host: what the send journal, a
+    restart and the shared store know a key by (two keys can share a masked name)."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
 def mask(secret: str) -> str:
-    """The name a key is shown by: never the whole secret (``UT4N...JYA6``)."""
+    """A key as people see it: never the whole secret (``UT4N...JYA6``)."""
     return f"{secret[:4]}...{secret[-4:]}" if len(secret) >= 12 else "*" * len(secret)
+
+
+def shown_names(secrets: Iterable[str]) -> dict[str, str]:
+    """The name each key is shown by in logs, metrics and records: its mask, followed by the start
+    of its id where another key would show the same (keys alike at both ends, short keys)."""
+    secrets = list(secrets)
+    masks = collections.Counter(mask(secret) for secret in secrets)
+    return {secret: mask(secret) if masks[mask(secret)] == 1 else f"{mask(secret)}#{key_id(secret)[:6]}"
+            for secret in secrets}
 
 
 class ApiKey:
     """Shared by the worker threads of one key. Retiring is final and closes the limiter,
-    which wakes every worker waiting on it."""
+    which wakes every worker waiting on it. ``id`` identifies the key; ``name`` shows it."""
 
     def __init__(
-        self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True
+        self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
+        name: str | None = None,
     ) -> None:
         self.secret = secret
-        self.name = mask(secret)
+        self.id = key_id(secret)
+        self.name = name if name is not None else mask(secret)
         self.limiter = limiter
         # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
         self.may_send = may_send
@@ -131,16 +150,16 @@ class HostKeyPool(BaseKeyPool):
         states: list[KeyState] = []
         keys = []
         try:
-            for secret in secrets:
-                state = KeyState(state_dir, secret, mask(secret))
+            for secret, name in shown_names(secrets).items():
+                state = KeyState(state_dir, secret, name)
                 state.lock()
                 states.append(state)
                 nonces = NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 limiter = ThreadSafeRateLimiter(
-                    rate, name=mask(secret), window=window, order_latency=order_latency,
+                    rate, name=name, window=window, order_latency=order_latency,
                     unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
                 )
-                keys.append(ApiKey(secret, limiter))
+                keys.append(ApiKey(secret, limiter, name=name))
         except BaseException:
             for state in states:
                 state.unlock()
