@@ -97,6 +97,7 @@ class Daemon:
         )
         self.metrics = Metrics(clock)
         self.outage = OutageGate(config.outage_after, clock=clock)
+        self.source = source
         self.producer = Producer(
             self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
         )
@@ -256,6 +257,8 @@ class Daemon:
                 key.limiter.stop_taking()
             self._stop_producer.set()
             self._join([self.producer], timeout)
+            if not self.producer.is_alive():
+                self.source.close()
             self._join([self.requeuer], timeout)
             self._stop_workers.set()
             grace_ends = time.monotonic() + self.config.http_timeout + 1.0

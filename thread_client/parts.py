@@ -21,7 +21,12 @@ class RequestSource(Protocol):
     """Anything the producer can read requests from."""
 
     def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
-        """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is set."""
+        """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is
+        set. A later call goes on where the last one stopped (a restarted producer reads nothing twice)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what reading holds (files, connections); the daemon calls it once the producer is done."""
         ...
 
 

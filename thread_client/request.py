@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 __all__ = [
-    "MAX_ID_LENGTH", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate", "Work", "parse_line",
+    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate", "Work", "parse_line",
 ]
 
 
@@ -37,6 +37,9 @@ class FinalOutcome(enum.Enum):
 #: Names the contract uses itself: a request's own parameters may not take them.
 RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
 MAX_ID_LENGTH = 256
+#: The longest line a source reads as a request; a longer one is ``invalid_input``, read past in
+#: bounded memory (a line is one request, not a file).
+MAX_LINE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class Work:
     params: dict[str, str] = field(default_factory=dict)
     resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
     receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
+    where: str = ""  # where the source read it (``line 12``), as its final record says
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class Request:
     params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
     resumed: bool = False  # in flight when an earlier run crashed
     receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
+    where: str = ""  # where the source read it (``line 12``, ``entry 1700000000000-0``)
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
@@ -118,22 +123,29 @@ class Request:
 
 
 def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
-    """One line read against the request format; never raises. ``where`` names it in the reason;
-    ``receipt`` goes with the result, valid or not."""
+    """One line read against the request format; never raises, whatever the line holds (any bytes,
+    any depth, any Unicode). ``where`` names it in the reason; ``receipt`` goes with the result,
+    valid or not."""
     item = _read_request(raw, where)
     return replace(item, receipt=receipt) if receipt is not None else item
 
 
 def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
+    if len(raw) > MAX_LINE_BYTES:
+        return InvalidInput(where, "", f"longer than {MAX_LINE_BYTES} bytes")
     try:
         value = json.loads(raw)
     except ValueError:
         return InvalidInput(where, "", "not JSON")
+    except RecursionError:
+        return InvalidInput(where, "", "nested too deep")
     if not isinstance(value, dict):
         return InvalidInput(where, "", "not a JSON object")
     request_id = value.get("id")
     if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_ID_LENGTH:
         return InvalidInput(where, "", f"no \"id\" string of 1 to {MAX_ID_LENGTH} characters")
+    if not _encodable(request_id):
+        return InvalidInput(where, "", "the id is not valid Unicode (a lone surrogate)")
     unknown = set(value) - {"id", "params"}
     if unknown:
         return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
@@ -151,4 +163,15 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
             as_text[name] = str(scalar)
         else:
             return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
-    return Work(request_id, as_text)
+        if not (_encodable(name) and _encodable(as_text[name])):
+            return InvalidInput(where, request_id, f"parameter {name!r} is not valid Unicode (a lone surrogate)")
+    return Work(request_id, as_text, where=where)
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be sent and stored as UTF-8 (JSON admits lone surrogates; UTF-8 does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

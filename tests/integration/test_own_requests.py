@@ -40,11 +40,35 @@ def test_a_file_of_requests_ends_by_itself_with_one_record_per_line(fast_server,
     for record in results:
         by_outcome.setdefault(record["outcome"], []).append(record)
     assert len(by_outcome["accepted"]) == 150 and len(by_outcome["invalid_input"]) == 3
-    assert {r["reason"].split(":")[1].strip() for r in by_outcome["invalid_input"]} == {"line 151", "line 152", "line 153"}
+    assert {r["where"] for r in by_outcome["invalid_input"]} == {"line 151", "line 152", "line 153"}
     at_server = fast_server.accepted()
     assert set(at_server) == {r["id"] for r in by_outcome["accepted"]} and set(at_server.values()) == {1}
     accepted = by_outcome["accepted"][0]
     assert accepted["http_status"] == 200 and accepted["body"]["status"] == "OK" and accepted["key"].count("...") == 1
+
+
+def test_any_odd_line_is_one_invalid_input_record_and_a_rerun_records_it_no_more(fast_server, tmp_path):
+    # Each of these used to raise out of the reading (a lone surrogate in the on-disk duplicate check, the
+    # parser's recursion limit), so the file stopped at that line, and every rerun stopped there again.
+    source = tmp_path / "in.jsonl"
+    odd = [b'{"id": "\\ud800"}', b"[" * 1000, b'{"id": "x", "params": {"p": "\\udc00"}}', b"\xff\xfe\x00",
+           b'{"id": "order-7"}']  # the last: a duplicate of an id read before
+    lines = [json.dumps({"id": f"order-{n}"}).encode() for n in range(1, 301)]
+    lines[150:150] = odd  # lines 151 to 155
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    result, summary = run_client(fast_server, tmp_path, "--source", str(source), "--duration", "120")
+    assert result.returncode == 0, result.stdout
+    assert summary["stop_reason"].startswith("input done") and "Traceback" not in result.stdout + result.stderr
+    first = records(tmp_path / "results.jsonl")
+    assert len(first) == 305 and collections.Counter(r["outcome"] for r in first) == {"accepted": 300, "invalid_input": 5}
+    assert {r["where"] for r in first if r["outcome"] == "invalid_input"} == {f"line {n}" for n in range(151, 156)}
+    again = tmp_path / "again"
+    again.mkdir()
+    rerun, _ = run_client(fast_server, again, "--source", str(source), "--results", str(tmp_path / "results.jsonl"),
+                          "--duration", "60")
+    assert rerun.returncode == 0, rerun.stdout
+    assert records(tmp_path / "results.jsonl") == first  # nothing recorded twice, not even the odd lines
+    assert set(fast_server.accepted().values()) == {1}
 
 
 def test_a_pipe_in_and_results_on_standard_output(fast_server, tmp_path):

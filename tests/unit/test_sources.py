@@ -11,13 +11,13 @@ from thread_client.request import Request
 from thread_client.io.results import Results
 from thread_client.io.seen_ids import SeenIds
 from thread_client.io.sources import JsonLinesSource
-from thread_client.request import FinalOutcome, InvalidInput, Work, parse_line
+from thread_client.request import MAX_LINE_BYTES, FinalOutcome, InvalidInput, Work, parse_line
 
 
 @pytest.mark.parametrize("line, expected", [
     (b'{"id": "a1", "params": {"amount": 5, "side": "buy", "px": 1.5, "post": true}}',
-     Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": "true"})),
-    (b'{"id": "a2"}', Work("a2", {})),
+     Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": "true"}, where="line 7")),
+    (b'{"id": "a2"}', Work("a2", {}, where="line 7")),
     (b"not json", InvalidInput("line 7", "", "not JSON")),
     (b"[1, 2]", InvalidInput("line 7", "", "not a JSON object")),
     (b'{"params": {}}', InvalidInput("line 7", "", 'no "id" string of 1 to 256 characters')),
@@ -27,6 +27,14 @@ from thread_client.request import FinalOutcome, InvalidInput, Work, parse_line
     (b'{"id": "a5", "params": {"nonce": 1, "api_key": "k"}}', InvalidInput("line 7", "a5", "reserved parameter name(s) api_key, nonce")),
     (b'{"id": "a6", "params": {"x": null}}', InvalidInput("line 7", "a6", "parameter 'x' is not a string, number or boolean")),
     (b'{"id": "a7", "params": {"x": {"y": 1}}}', InvalidInput("line 7", "a7", "parameter 'x' is not a string, number or boolean")),
+    # Lines that used to raise out of the parser and stop the file for good:
+    (b'{"id": "\\ud800"}', InvalidInput("line 7", "", "the id is not valid Unicode (a lone surrogate)")),
+    (b'{"id": "a8", "params": {"x": "\\udfff"}}', InvalidInput("line 7", "a8", "parameter 'x' is not valid Unicode (a lone surrogate)")),
+    (b"[" * 1000 + b"]" * 1000, InvalidInput("line 7", "", "nested too deep")),
+    (b'{"id": ' * 100_000, InvalidInput("line 7", "", "nested too deep")),
+    (b"\xff\xfe{}", InvalidInput("line 7", "", "not JSON")),
+    (b'{"id": "a9", "params": {"x": ' + b"9" * 5000 + b"}}", InvalidInput("line 7", "", "not JSON")),
+    (b'{"id": "b1", "params": {"x": "' + b"y" * MAX_LINE_BYTES + b'"}}', InvalidInput("line 7", "", f"longer than {MAX_LINE_BYTES} bytes")),
 ])
 def test_each_line_is_read_against_the_request_format(line, expected):
     assert parse_line(line, "line 7") == expected
@@ -44,7 +52,8 @@ def test_a_file_is_read_line_by_line_with_duplicates_and_a_last_line_without_new
     source_file = tmp_path / "in.jsonl"
     source_file.write_bytes(b'{"id": "a"}\n\n{"id": "b"}\n{"id": "a"}\n{"id": "c"}')
     items = list(JsonLinesSource(str(source_file), state_dir=str(tmp_path)).read(threading.Event()))
-    assert items == [Work("a"), Work("b"), InvalidInput("line 4", "a", "duplicate id 'a'"), Work("c")]
+    assert items == [Work("a", where="line 1"), Work("b", where="line 3"), InvalidInput("line 4", "a", "duplicate id 'a'"),
+                     Work("c", where="line 5")]
 
 
 def test_a_stop_ends_the_reading():
@@ -76,3 +85,29 @@ def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):
     assert (first["id"], first["outcome"], first["http_status"], first["body"]) == ("a1", "accepted", 200, {"ok": 1})
     assert (first["key"], first["nonce"], first["attempts"]) == ("UT4N...JYA6", 42, 1)
     assert second["body"] == "<html>a lo" and second["reason"] == "rejected: a long refusal"
+
+
+def test_a_line_longer_than_the_maximum_is_refused_in_bounded_memory_and_the_next_line_is_read(tmp_path):
+    source_file = tmp_path / "in.jsonl"
+    with source_file.open("wb") as out:
+        out.write(b'{"id": "a"}\n{"id": "long", "params": {"x": "')
+        out.write(b"y" * (3 * MAX_LINE_BYTES))
+        out.write(b'"}}\n{"id": "b"}\n')
+    source = JsonLinesSource(str(source_file), state_dir=str(tmp_path))
+    items = list(source.read(threading.Event()))
+    source.close()
+    assert items == [Work("a", where="line 1"), InvalidInput("line 2", "", f"longer than {MAX_LINE_BYTES} bytes"),
+                     Work("b", where="line 3")]
+
+
+def test_a_second_read_goes_on_where_the_first_stopped(tmp_path):
+    # A producer restarted after a crash calls read() again: it must not start over at line 1 (with a fresh
+    # duplicate check, every line read so far would be sent again).
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_bytes(b"".join(b'{"id": "r%d"}\n' % n for n in range(1, 6)))
+    source = JsonLinesSource(str(source_file), state_dir=str(tmp_path))
+    first = source.read(threading.Event())
+    assert [next(first).id for _ in range(2)] == ["r1", "r2"]
+    first.close()  # the producer died: its generator is dropped
+    assert [item.id for item in source.read(threading.Event())] == ["r3", "r4", "r5"]
+    source.close()

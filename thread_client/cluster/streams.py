@@ -193,6 +193,9 @@ class StreamSource:
             if own_pending:
                 pending_after = entries[-1][0]
 
+    def close(self) -> None:
+        """Nothing is held between reads: each read() opens and closes its own connection."""
+
     def _touch_held(self, store: "redis.Redis") -> None:
         """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
         other member takes over an entry that only waits in this daemon's queue."""

@@ -40,12 +40,13 @@ class Producer(ManagedThread):
     def work(self) -> None:
         for item in self._source.read(self._stopping):
             if isinstance(item, InvalidInput):
-                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.INVALID_INPUT,
-                                    f"{item.where}: {item.reason}")
+                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt, where=item.where),
+                                    FinalOutcome.INVALID_INPUT, f"{item.where}: {item.reason}")
             elif isinstance(item, UnknownFate):
                 self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
                                     item.reason)
-            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt)):
+            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed,
+                                                 receipt=item.receipt, where=item.where)):
                 return
         if self._queues.wait_until_settled():
             self._on_exhausted()

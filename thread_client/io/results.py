@@ -36,6 +36,7 @@ def final_record(request: Request, outcome: FinalOutcome, detail: str, max_body_
     finished = time.time()
     return {
         "id": request.req_id,
+        "where": request.where,
         "outcome": outcome.value,
         "reason": outcome.reason(detail) if outcome is not FinalOutcome.ACCEPTED else "",
         "http_status": request.http_status,

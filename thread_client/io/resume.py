@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..request import Request
+from ..request import FinalOutcome, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
@@ -49,6 +49,8 @@ class ResumePoint:
     """What an earlier run of the same input left.
 
     * ``skip``: ids the source passes over: those with a final record, and the ``unsettled`` ones;
+    * ``invalid_lines``: where the lines are (``line 12``) that were recorded ``invalid_input``: a
+      rerun records them no more (a line that is no request has no id to know it by);
     * ``resumed``: ids sent without a final record, whose last send was answered before the key's
       next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
     * ``unsettled``: per key id, its last send if that request has no final record and
@@ -56,17 +58,21 @@ class ResumePoint:
       with its own nonce before the key sends anything else (one request in flight per key).
 
     ``unsettled`` is kept only with ``settle_earlier`` (exactly-once); otherwise those requests are
-    resumed like the others. ``skip`` and ``resumed`` live on disk, so memory stays flat for any
-    input; ``unsettled`` holds at most one send per key.
+    resumed like the others. ``skip``, ``invalid_lines`` and ``resumed`` live on disk, so memory
+    stays flat for any input; ``unsettled`` holds at most one send per key.
     """
 
     def __init__(
         self, results_path: str, state_dir: str | os.PathLike[str] | None = None, *, settle_earlier: bool = False
     ) -> None:
         self.skip = SeenIds(state_dir)
+        self.invalid_lines = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
         for record in _records(Path(results_path)):
-            self.skip.add(str(record.get("id", "")))
+            if record.get("outcome") == FinalOutcome.INVALID_INPUT.value:
+                self.invalid_lines.add(str(record.get("where", "")))
+            else:
+                self.skip.add(str(record.get("id", "")))
         last_on_key: dict[str, EarlierSend] = {}
         key_of_last: dict[str, str] = {}  # id -> the key whose last send it is, for the ids in last_on_key
         for record in _records(Path(f"{results_path}.sent")):
@@ -87,8 +93,8 @@ class ResumePoint:
             self.skip.add(send.id)
 
     def close(self) -> None:
-        self.skip.close()
-        self.resumed.close()
+        for ids in (self.skip, self.invalid_lines, self.resumed):
+            ids.close()
 
 
 def _earlier_send(record: dict) -> EarlierSend | None:
