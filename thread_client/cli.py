@@ -273,7 +273,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
             config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
-                           max_strikes=config.max_strikes),
+                           max_strikes=config.max_strikes, strike_budget=config.strike_budget),
         clock=clock,
     )
 

@@ -93,10 +93,11 @@ class Config:
                       max_retry_after=self.max_retry_after, duration=self.duration, log_backups=self.log_backups)
         if self.max_strikes < 1:
             raise ConfigError(f"--max-strikes must be at least 1, got {self.max_strikes}")
-        if self.max_strikes >= self.server_max_429:
+        if self.max_strikes > self.strike_budget:
             raise ConfigError(
-                f"--max-strikes {self.max_strikes} must stay below --server-max-429 {self.server_max_429}, "
-                "the rejections after which the server blocks a key for good"
+                f"--max-strikes {self.max_strikes} must stay below --server-max-429 {self.server_max_429}, the "
+                f"rejections after which the server blocks a key for good, less the {self.threads_per_key} requests "
+                "per key that may be in flight when a key is parked"
             )
         if self.delivery.one_in_flight and self.threads_per_key != 1:
             raise ConfigError(f"--delivery {self.delivery} sends one request at a time per key: --threads-per-key "
@@ -120,6 +121,12 @@ class Config:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
 
+
+    @property
+    def strike_budget(self) -> int:
+        """The strikes a key may have in all its runs: it is parked for good at this count, and the
+        requests still in flight on it then (one per thread) keep the server's count below its block."""
+        return self.server_max_429 - self.threads_per_key
 
     @property
     def from_stream(self) -> bool:

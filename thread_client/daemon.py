@@ -91,6 +91,7 @@ class Daemon:
             if output is not None:
                 output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
         self.keys = keys
+        self.policy = policy
         self.queues = QueueManager(
             graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, keep_unsent=keep_unsent,
             clock=clock,
@@ -158,8 +159,13 @@ class Daemon:
 
     def start(self) -> None:
         """Start every thread. The keys are held back one window first: a previous run of the
-        client may have left stamps in the server's rings. Raises ConfigError, with nothing
+        client may have left stamps in the server's rings; a key whose earlier runs spent its
+        strike budget is retired before anything is sent. Raises ConfigError, with nothing
         started, if the metrics port cannot be served."""
+        for key in self.keys:
+            if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
+                self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
+                                          "the server's block (the server never forgets them)")
         self.keys.hold_all(self.config.window)
         self.keys.start()
         self._started_at = self._clock()

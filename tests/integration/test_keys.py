@@ -72,3 +72,25 @@ def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_ser
     after = server.stats()["keys"][KEYS[0]]
     assert after["invalid_nonce"] == invalid  # the first request of the new process was accepted, and every one after
     assert summary["per_key"][mask(KEYS[0])]["accepted"] > 0
+
+
+def test_strikes_are_remembered_across_runs_so_a_restarted_daemon_never_gets_a_key_blocked(start_server, tmp_path):
+    # The README's --rate 25 under a supervisor that restarts the daemon: each run parks its keys after
+    # three strikes; with a fresh budget every run, the server (which never forgets) blocked them in the third.
+    server = start_server("--max-latency-ms", "5")
+    state = tmp_path / "state"
+    runs = []
+    for run in range(5):
+        workdir = tmp_path / f"run-{run}"
+        workdir.mkdir()
+        before = server.stats()["totals"]["rate_limited"]
+        result, summary = run_client(server, workdir, "--state-dir", str(state), "--rate", "25", "--load", "saturate",
+                                     "--duration", "60")
+        assert result.returncode == 3, result.stdout  # every key retired
+        runs.append((set(summary["retired_keys"].values()), server.stats()["totals"]["rate_limited"] - before))
+    stats = server.stats()
+    assert not any(stats["keys"][key]["is_blocked"] for key in KEYS)
+    assert all(stats["keys"][key]["rate_limited"] < 10 for key in KEYS)  # the server's block, never reached
+    assert runs[0] == ({"parked"}, runs[0][1]) and runs[0][1] >= 15  # three or more strikes per key, as before
+    retired, strikes = runs[-1]
+    assert retired == {"strike budget spent"} and strikes == 0  # the last run sent nothing that could strike

@@ -265,15 +265,17 @@ class Worker(ManagedThread):
         """An unexplained 429: hold the key back (and longer if the server named a pause); park it
         for the rest of the run once it has had too many, long before the server would block it."""
         limiter = self.key.limiter
-        strikes = self.key.strike()
+        strikes, lifetime = self.key.strike()
         window = limiter.note_rate_limited()
         limiter.hold(pause)
-        log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d; key held back,"
-                  " window widened to %.3f s", self.key.name, reading.detail, strikes, self._policy.max_strikes, window)
-        if self._policy.parks(strikes) and self.key.retire("parked"):
+        log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d this run, %d of %d"
+                  " in all runs; key held back, window widened to %.3f s", self.key.name, reading.detail, strikes,
+                  self._policy.max_strikes, lifetime, self._policy.strike_budget, window)
+        why = self._policy.parks(strikes, lifetime)
+        if why is not None and self.key.retire(why):
             self._on_key_retired(
-                self.key, f"{strikes} rate-limit strikes: another client is likely using this key, or --rate/"
-                "--window-ms are above what the server enforces",
+                self.key, f"{strikes} rate-limit strikes this run, {lifetime} in all: another client is likely using"
+                " this key, or --rate/--window-ms are above what the server enforces",
             )
 
     def _acquire(self, request: Request) -> Permit | None:

@@ -1,4 +1,5 @@
-"""A key's state on this host, kept in the state dir: who drives it now, and how far its nonces have gone.
+"""A key's state on this host, kept in the state dir: who drives it now, how far its nonces have gone, and
+the rate-limit strikes it has had (the server never forgets them).
 
 Two daemons on one key reuse each other's nonces and strike each other's rate
 limit until the server blocks the key (what users of ccxt and krakenex met with
@@ -30,6 +31,7 @@ class KeyState:
         stem = "key-" + hashlib.sha256(secret.encode()).hexdigest()[:24]  # (24 hex digits: kept from earlier runs)
         self._lock_path = folder / f"{stem}.lock"
         self._mark_path = folder / f"{stem}.nonce"
+        self.strikes_path = folder / f"{stem}.strikes"
         self._fd: int | None = None
 
     def __repr__(self) -> str:
@@ -56,10 +58,16 @@ class KeyState:
 
     def read_mark(self) -> int:
         """The highest nonce this key may have used on this host (0 if none is recorded)."""
-        try:
-            return int(self._mark_path.read_text().strip() or 0)
-        except FileNotFoundError:
-            return 0
+        return _read_number(self._mark_path)
+
+    def read_strikes(self) -> int:
+        """The rate-limit strikes this key has had from this host, in every run so far (0 if none)."""
+        return _read_number(self.strikes_path)
+
+    def write_strikes(self, strikes: int) -> None:
+        """Record the key's strikes so far durably: a restarted daemon must not get a fresh budget while
+        the server's count never resets."""
+        _write_durably(self.strikes_path, strikes)
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""
@@ -68,13 +76,31 @@ class KeyState:
         return wanted, mark
 
     def write_mark(self, mark: int) -> None:
-        """Record ``mark`` durably before any nonce up to it is used: a temporary file, fsync, then an
-        atomic replace, so a crash leaves the old mark or the new one, never a torn one."""
-        temporary = self._mark_path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, f"{mark}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, self._mark_path)
+        """Record ``mark`` durably before any nonce up to it is used."""
+        _write_durably(self._mark_path, mark)
+
+
+def _read_number(path: Path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def _write_durably(path: Path, number: int) -> None:
+    """Replace ``path``'s number so that a crash or a power loss leaves the old one or the new one, never
+    a torn one, nor an old one after the call returned: a temporary file, fsync, an atomic rename, and
+    an fsync of the folder (which makes the rename itself durable)."""
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, f"{number}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -41,7 +41,7 @@ class ApiKey:
 
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
-        name: str | None = None,
+        name: str | None = None, strikes_before: int = 0, remember_strikes: Callable[[int], None] = lambda total: None,
     ) -> None:
         self.secret = secret
         self.id = key_id(secret)
@@ -49,10 +49,13 @@ class ApiKey:
         self.limiter = limiter
         # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
         self.may_send = may_send
-        # Guards _retired_because; a key is retired at most once.
+        # Guards _retired_because and the strike counts; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
         self._strikes = 0
+        self._lifetime_strikes = strikes_before  # this run's and every earlier run's (the server forgets none)
+        # Called with the lifetime count after each strike, before the strike is acted on (it is durable then).
+        self._remember_strikes = remember_strikes
 
     def __repr__(self) -> str:
         state = f"retired ({self._retired_because})" if self._retired_because else "active"
@@ -64,13 +67,23 @@ class ApiKey:
 
     @property
     def strikes(self) -> int:
+        """Unexplained 429s in this run."""
         return self._strikes
 
-    def strike(self) -> int:
-        """Count one unexplained 429 on this key; returns the count so far."""
+    @property
+    def lifetime_strikes(self) -> int:
+        """Unexplained 429s in this run and every earlier one that kept its state here."""
+        return self._lifetime_strikes
+
+    def strike(self) -> tuple[int, int]:
+        """Count one unexplained 429 on this key and remember it across runs; returns the counts so
+        far, in this run and in all runs."""
         with self._lock:
             self._strikes += 1
-            return self._strikes
+            self._lifetime_strikes += 1
+            counts = self._strikes, self._lifetime_strikes
+        self._remember_strikes(counts[1])
+        return counts
 
     def retire(self, reason: str) -> bool:
         """Stop using this key for good; True for the call that retired it."""
@@ -127,7 +140,8 @@ class BaseKeyPool:
 
 class HostKeyPool(BaseKeyPool):
     """Keys driven by this process alone on this host: each is locked in the state dir for the life of
-    the process (a second daemon on the same key is refused), and its nonces start above its durable mark."""
+    the process (a second daemon on the same key is refused), its nonces start above its durable mark,
+    and its strikes are remembered across runs."""
 
     def __init__(self, keys: Iterable[ApiKey], states: Iterable[KeyState]) -> None:
         super().__init__(keys)
@@ -159,7 +173,8 @@ class HostKeyPool(BaseKeyPool):
                     rate, name=name, window=window, order_latency=order_latency,
                     unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
                 )
-                keys.append(ApiKey(secret, limiter, name=name))
+                keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
+                                   remember_strikes=state.write_strikes))
         except BaseException:
             for state in states:
                 state.unlock()

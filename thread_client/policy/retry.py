@@ -76,6 +76,9 @@ class RetryPolicy:
     # Strikes (unexplained 429s) after which a key is parked for the rest of the run: well below
     # the count at which the server blocks it for good (10 for the reference server).
     max_strikes: int = defaults.MAX_STRIKES
+    # Strikes a key may have in all its runs together, while the server keeps counting them: the
+    # server's block less the requests that may be in flight when it is reached (Config.strike_budget).
+    strike_budget: int = defaults.SERVER_MAX_429 - defaults.THREADS_PER_KEY
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,12 +88,15 @@ class RetryPolicy:
             raise ValueError(f"need 0 < backoff_base <= backoff_cap, got {self.backoff_base} and {self.backoff_cap}")
         if self.max_retry_after < 0:
             raise ValueError(f"max_retry_after must not be negative, got {self.max_retry_after}")
-        if self.max_strikes < 1:
-            raise ValueError(f"max_strikes must be at least 1, got {self.max_strikes}")
+        if not 1 <= self.max_strikes <= self.strike_budget:
+            raise ValueError(f"need 1 <= max_strikes <= strike_budget, got {self.max_strikes} and {self.strike_budget}")
 
-    def parks(self, strikes: int) -> bool:
-        """True once a key has had so many strikes that it must not send again this run."""
-        return strikes >= self.max_strikes
+    def parks(self, strikes: int, lifetime_strikes: int = 0) -> str | None:
+        """Why a key with these strikes (this run, all runs) must not send again: ``parked`` for the
+        rest of this run, ``strike budget spent`` for good; None while it may."""
+        if lifetime_strikes >= self.strike_budget:
+            return "strike budget spent"
+        return "parked" if strikes >= self.max_strikes else None
 
     def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""
