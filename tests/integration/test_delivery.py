@@ -3,9 +3,22 @@ knows every fate; at-least-once duplicates no more often than it reports ambiguo
 
 from __future__ import annotations
 
+import collections
 import json
+import math
 
 from conftest import run_client
+from full_disk import FillingDisk
+from thread_client.config import Config
+from thread_client.daemon import Daemon
+from thread_client.delivery import EXACTLY_ONCE
+from thread_client.io.graveyard import Graveyard
+from thread_client.io.results import Results
+from thread_client.io.resume import ResumePoint, SendJournal
+from thread_client.io.sources import JsonLinesSource
+from thread_client.io.transport import HttpTransport
+from thread_client.limits.keys import HostKeyPool
+from thread_client.policy.retry import RetryPolicy
 from tools.harness.client_process import GRAVEYARD_FILE
 
 LOSSY = ("--max-latency-ms", "2", "--lost-answer-rate", "0.1", "--stall-rate", "0.05", "--seed", "7")
@@ -48,3 +61,40 @@ def test_at_least_once_duplicates_at_most_what_it_reports_ambiguous(start_server
     assert 0 < stats["duplicate_accepts"] <= summary["ambiguous_attempts"]
     records = [json.loads(line) for line in (tmp_path / GRAVEYARD_FILE).read_text().splitlines()]
     assert all("ambiguous_attempts" in record for record in records)
+
+
+def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun_accepts_nothing_twice(
+        start_server, tmp_path):
+    # The disk fills after some records: a request accepted by the exchange cannot get its record. Its key must
+    # send nothing more, so the restart (once space is freed) finds that send as the key's last and settles it
+    # with its own nonce; a key that went on would hide it, and the rerun would send it again with a fresh one.
+    server = start_server("--max-latency-ms", "2", "--seed", "5")
+    source, results, state = tmp_path / "in.jsonl", tmp_path / "results.jsonl", tmp_path / "state"
+    source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
+    config = Config(url=server.url, delivery=EXACTLY_ONCE, threads_per_key=1, source=str(source),
+                    results=str(results), state_dir=str(state), graveyard=str(tmp_path / "g.jsonl"), duration=60)
+    keys = HostKeyPool.open(config.keys, state_dir=str(state), rate=20, window=config.window,
+                            order_latency=math.inf, unanswered_hold=config.http_timeout)
+    resume = ResumePoint(str(results), str(state), settle_earlier=True)
+    daemon = Daemon(
+        config, source=JsonLinesSource(str(source), state_dir=str(state), resume=resume),
+        graveyard=Graveyard(config.graveyard), keys=keys, keep_unsent=True,
+        results=Results(str(results), durable=True, write=FillingDisk(room=8_000)),
+        journal=SendJournal(str(results), durable=True),
+        transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
+    )
+    summary = daemon.run()
+    assert summary.stop_reason == "an output file is not writable" and summary.exit_code == 1
+    assert set(summary.retired_keys.values()) <= {"output failed"} and summary.counts.balanced
+    refused = summary.counts.accepted - len(results.read_text().splitlines())
+    assert refused > 0  # accepted by the exchange, its record refused by the disk
+    again = tmp_path / "again"
+    again.mkdir()
+    rerun, _ = run_client(server, again, "--source", str(source), "--results", str(results), "--state-dir", str(state),
+                          "--delivery", "exactly-once", "--duration", "60")
+    assert rerun.returncode == 0, rerun.stdout
+    assert server.stats()["totals"]["duplicate_accepts"] == 0
+    assert set(server.accepted().values()) == {1} and len(server.accepted()) == 300
+    by_id = collections.Counter(json.loads(line)["id"] for line in results.read_text().splitlines()
+                                if line.startswith("{") and line.endswith("}"))
+    assert set(by_id) == {f"r{n}" for n in range(1, 301)} and set(by_id.values()) == {1}

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from full_disk import FillingDisk
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
@@ -134,3 +135,36 @@ def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path)
         resume.close()
     finally:
         pool.release()
+
+
+def test_a_line_a_full_disk_cut_short_is_ended_before_the_next_and_a_durable_writer_is_told(tmp_path):
+    path = tmp_path / "results.jsonl"
+    disk = FillingDisk(room=60)
+    failures: list[OSError] = []
+    records = JsonLinesFile(path, failures.append, durable=True, write=disk)
+    records.append({"id": "a", "pad": "x" * 20})  # fits
+    with pytest.raises(OSError):  # durable: the caller must know its record is not on the disk
+        records.append({"id": "b", "pad": "x" * 20})  # torn after a few bytes
+    disk.free()
+    records.append({"id": "c"})
+    records.close()
+    assert [f.errno for f in failures] == [28] and [json.loads(line)["id"] for line in records.unwritten()] == ["b"]
+    lines = path.read_bytes().split(b"\n")
+    assert json.loads(lines[0])["id"] == "a" and json.loads(lines[2])["id"] == "c"  # "c" was not glued to b's tail
+    with pytest.raises(ValueError):
+        json.loads(lines[1])  # b's torn start, alone on its line: readers skip it
+
+
+def test_opening_a_file_whose_last_line_a_crash_cut_short_ends_that_line_first(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"id": "a"}\n{"id": "b", "par')
+    records = JsonLinesFile(path)
+    records.append({"id": "c"})
+    records.close()
+    assert path.read_bytes().split(b"\n")[2] == b'{"id": "c"}'
+
+
+def test_a_non_durable_writer_keeps_the_line_and_is_not_interrupted(tmp_path):
+    records = JsonLinesFile(tmp_path / "g.jsonl", write=FillingDisk(room=0))
+    records.append({"id": "a"})  # does not raise: the daemon is told through on_write_error and stops
+    assert records.unwritten() == ['{"id": "a"}']

@@ -122,7 +122,7 @@ class QueueManager:
         if self._keep_unsent:
             self._leave(1)
         else:
-            self._record_burial(request, FinalOutcome.SHUTDOWN)
+            self._record_burial_unsent(request, FinalOutcome.SHUTDOWN)
             with self._lock:
                 self._count_finished()
         return False
@@ -151,9 +151,16 @@ class QueueManager:
         return request
 
     def accept(self, request: Request) -> None:
-        """An in-flight request was accepted: its journey ends."""
-        if self.results is not None:
-            self.results.record(request, FinalOutcome.ACCEPTED)
+        """An in-flight request was accepted: its journey ends. It is counted so even if its durable
+        record cannot be written; the OSError is then raised (the record is kept in memory and
+        reported), and the caller must stop the key before its next send."""
+        try:
+            if self.results is not None:
+                self.results.record(request, FinalOutcome.ACCEPTED)
+        finally:
+            self._count_accepted()
+
+    def _count_accepted(self) -> None:
         with self._lock:
             self._accepted += 1
             self._in_flight -= 1
@@ -175,18 +182,21 @@ class QueueManager:
 
     def bury(self, request: Request, outcome: FinalOutcome, detail: str = "", failure: str | None = None) -> None:
         """An in-flight request ends in the graveyard with ``outcome``; ``failure`` names the attempt
-        that failed last, if the burial follows one."""
+        that failed last, if the burial follows one. A durable record that cannot be written raises
+        OSError, as ``accept``, once the request is counted."""
         if failure is not None:
             request.note_failure(failure)
-        self._record_burial(request, outcome, detail)
-        with self._lock:
-            self._in_flight -= 1
-            self._count_finished()
+        try:
+            self._record_burial(request, outcome, detail)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._count_finished()
 
     def reject(self, request: Request, outcome: FinalOutcome, detail: str) -> None:
         """A request that ends before this run could send it (a line that is no request, a send of
         an earlier run on a key this run does not drive): created and buried at once."""
-        self._record_burial(request, outcome, detail)
+        self._record_burial_unsent(request, outcome, detail)
         with self._lock:
             self._created += 1
             self._count_finished()
@@ -201,10 +211,19 @@ class QueueManager:
             return True
 
     def _record_burial(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
-        """The final record of a request never accepted: the graveyard, and the results if kept."""
+        """The final record of a request never accepted: the graveyard, and the results if kept.
+        Raises OSError if a durable record cannot be written."""
         self.graveyard.bury(request, outcome, detail)
         if self.results is not None:
             self.results.record(request, outcome, detail)
+
+    def _record_burial_unsent(self, request: Request, outcome: FinalOutcome, detail: str = "") -> None:
+        """``_record_burial`` for a request this run never sent: a record that cannot be written is kept
+        in memory and reported (the daemon stops on it), and no key has anything to stop for."""
+        try:
+            self._record_burial(request, outcome, detail)
+        except OSError:
+            pass
 
     def _count_finished(self, requests: int = 1) -> None:
         """Called with the lock held."""
@@ -260,7 +279,7 @@ class QueueManager:
             self._leave(len(requests))
             return len(requests)
         for request in requests:
-            self._record_burial(request, outcome, detail)
+            self._record_burial_unsent(request, outcome, detail)
         with self._lock:
             self._count_finished(len(requests))
         return len(requests)

@@ -182,11 +182,23 @@ class Worker(ManagedThread):
             during_outage=self._outage.active,
         )
         if action.request is RequestStep.ACCEPT:
-            self._queues.accept(request)
-            self._holding = None
+            self._holding = None  # final from here on, whether or not its record can be written
+            self._recording(self._queues.accept, request)
             self._listener.accepted(finished_at - request.created_at)
             return
         self._carry_out(request, reading, action, retry_after)
+
+    def _recording(self, finish: Callable[..., None], request: Request, *args: object) -> None:
+        """End ``request`` with ``finish`` (accept or bury). If its durable record cannot be written,
+        the key sends nothing more: a restart then finds that send as the key's last and settles it
+        with its own nonce, where a later send would have hidden it (and a fresh nonce could be
+        accepted a second time)."""
+        try:
+            finish(request, *args)
+        except OSError as exc:
+            if self.key.retire("output failed"):
+                self._on_key_retired(self.key, f"the final record of request {request.req_id} could not be made "
+                                               f"durable ({exc.strerror or exc}): no more sends on this key")
 
     def _settle(self, first: Permit, request: Request) -> Reading:
         """Exactly-once: the first copy may have been accepted. Ask again with the same nonce, on this
@@ -355,7 +367,8 @@ class Worker(ManagedThread):
         elif action.request is RequestStep.HAND_BACK:
             self._queues.hand_back(request)
         else:
-            self._queues.bury(request, action.final, action.reason, failure=outcome.value)
+            self._holding = None
+            self._recording(self._queues.bury, request, action.final, action.reason, outcome.value)
         self._holding = None
         if action.request is RequestStep.RETRY and action.spend:
             self._listener.retried()

@@ -53,14 +53,19 @@ class GroupCommit:
 class JsonLinesFile:
     """Appends one JSON object per line to ``path`` (``-``: standard output), from any thread.
 
-    Each line is one ``os.write`` on an ``O_APPEND`` descriptor, so lines of
-    different threads never interleave and a crash (even SIGKILL) leaves only
-    whole lines. A write that fails (disk full) loses nothing: the line is kept
+    Lines never tear into each other: each is written whole under a lock (a short
+    write is completed; a pipe gets no interleaved records however long they
+    are), a line a failure cut short is ended before the next one, and opening a
+    file whose last line has no newline (a crash mid-write) ends that line first.
+    A crash (even SIGKILL) leaves only whole lines and at most one torn one, which
+    readers skip. A write that fails (disk full) loses nothing: the line is kept
     in memory (``unwritten()``), the error is logged once and ``on_write_error``
     is told, so the owner can stop instead of piling them up.
 
     ``durable``: ``append`` returns only once the line is on the disk (it survives
-    a power loss, not only a crash); concurrent appends share one ``fdatasync``.
+    a power loss, not only a crash); concurrent appends share one ``fdatasync``;
+    and a line that could not be made durable raises OSError to the caller (after
+    it is kept and reported), who must not act as if it were written.
     """
 
     def __init__(
@@ -69,34 +74,62 @@ class JsonLinesFile:
         on_write_error: Callable[[OSError], None] = lambda exc: None,
         *,
         durable: bool = False,
+        write: Callable[[int, bytes], int] = os.write,
     ) -> None:
         self.path = str(path)
-        self._fd = 1 if self.path == "-" else os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = 1 if self.path == "-" else os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.on_write_error = on_write_error
+        self._durable = durable
         self._commit = GroupCommit() if durable and self.path != "-" else None
-        # Guards the unwritten lines; the write happens outside it.
+        self._write = write  # os.write; a test passes one that fails as a full disk does
+        # Guards the unwritten lines and the writing itself (whole lines, one at a time); the fdatasync
+        # happens outside it, in the group commit.
         self._lock = threading.Lock()
         self._unwritten: list[str] = []
+        self._torn = self.path != "-" and _ends_without_newline(self._fd)  # the last line needs its end first
 
     def __repr__(self) -> str:
         return f"<JsonLinesFile {self.path}>"
 
     def append(self, record: dict) -> None:
         line = json.dumps(record)
-        try:
-            os.write(self._fd, (line + "\n").encode())
-            if self._commit is not None:
-                self._commit.sync(self._fd)
-            return
-        except OSError as exc:
-            failure = exc
         with self._lock:
-            self._unwritten.append(line)
-            first = len(self._unwritten) == 1
+            try:
+                self._write_all((b"\n" if self._torn else b"") + (line + "\n").encode())
+                failure = None
+            except OSError as exc:
+                failure = exc
+                self._unwritten.append(line)
+                first = len(self._unwritten) == 1
+        if failure is None and self._commit is not None:
+            try:
+                self._commit.sync(self._fd)
+                return
+            except OSError as exc:
+                failure = exc
+                with self._lock:
+                    self._unwritten.append(line)
+                    first = len(self._unwritten) == 1
+        if failure is None:
+            return
         if first:
             log.error("cannot write %s (%s): its records are kept in memory; stopping",
                       self.path, failure.strerror or failure)
         self.on_write_error(failure)
+        if self._durable:
+            raise failure
+
+    def _write_all(self, data: bytes) -> None:
+        """Write every byte of ``data``, or raise with the line marked torn. Called with the lock held."""
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._write(self._fd, view):]
+            except OSError:
+                self._torn = self._torn or len(view) < len(data)
+                raise
+            self._torn = bool(view)
+        self._torn = False
 
     def unwritten(self) -> list[str]:
         """The lines that could not be written."""
@@ -108,6 +141,12 @@ class JsonLinesFile:
         fd, self._fd = self._fd, -1
         if fd > 2:
             os.close(fd)
+
+
+def _ends_without_newline(fd: int) -> bool:
+    """Whether the file at ``fd`` holds bytes and its last one is not a newline (its last line is torn)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 class JsonLinesOutput:
