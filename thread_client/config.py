@@ -176,7 +176,7 @@ def load_keys(
     """
     if path is not None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(path).read_text(encoding="utf-8-sig")  # an editor's byte-order mark is no part of a key
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
             raise ConfigError(f"cannot read keys file {path}: {reason}") from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnswerTimedOut", "ConfigError", "ConnectFailed", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
-    "NoAnswer", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
+    "NoAnswer", "OutputInUse", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
 ]
 
 
@@ -89,6 +89,15 @@ class KeyInUse(ThreadClientError):
         super().__init__(f"key {key} is in use by another thread-client on this host (pid {holder}): nothing sent")
         self.key = key
         self.holder = holder
+
+
+class OutputInUse(ThreadClientError):
+    """Raised when another process writes an output file already (results, send journal): two daemons
+    appending to one results file would each take the other's records for their own on a restart."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is being written by another thread-client: nothing started")
+        self.path = path
 
 
 class KeyNotHeld(ThreadClientError):

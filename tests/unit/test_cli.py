@@ -61,6 +61,8 @@ def test_keys_file_rules(tmp_path):
     good = tmp_path / "keys.txt"
     good.write_text(f"# production keys\n{KEYS[0]}\n\n  {KEYS[1]}  \n")
     assert load_keys(str(good)) == (KEYS[:2], f"keys file {good}")
+    good.write_bytes(f"{KEYS[0]}\n{KEYS[1]}\n".encode("utf-8-sig"))  # a Windows editor's byte-order mark
+    assert load_keys(str(good)) == (KEYS[:2], f"keys file {good}")
     for name, text, message in [
         ("empty.txt", "", "holds no keys"),
         ("blank.txt", "\n\n# only comments\n", "holds no keys"),

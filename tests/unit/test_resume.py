@@ -15,7 +15,9 @@ from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.jsonlines import JsonLinesFile
+from thread_client.errors import OutputInUse
 from thread_client.io.resume import EarlierSend, ResumePoint, SendJournal
+from thread_client.io.results import Results
 from thread_client.limits.keys import HostKeyPool
 from thread_client.parts import Answer
 from thread_client.policy.retry import RetryPolicy
@@ -168,3 +170,16 @@ def test_a_non_durable_writer_keeps_the_line_and_is_not_interrupted(tmp_path):
     records = JsonLinesFile(tmp_path / "g.jsonl", write=FillingDisk(room=0))
     records.append({"id": "a"})  # does not raise: the daemon is told through on_write_error and stops
     assert records.unwritten() == ['{"id": "a"}']
+
+
+def test_a_second_writer_of_a_results_file_is_refused_while_the_first_holds_it(tmp_path):
+    path = str(tmp_path / "results.jsonl")
+    first = Results(path)
+    with pytest.raises(OutputInUse, match="being written by another thread-client"):
+        Results(path)
+    journal = SendJournal(path)
+    with pytest.raises(OutputInUse):
+        SendJournal(path)
+    journal.close()
+    first.close()
+    Results(path).close()  # let go: a later run may write it

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -111,3 +114,14 @@ def test_a_second_read_goes_on_where_the_first_stopped(tmp_path):
     first.close()  # the producer died: its generator is dropped
     assert [item.id for item in source.read(threading.Event())] == ["r3", "r4", "r5"]
     source.close()
+
+
+def test_id_tables_a_crashed_run_left_behind_are_removed_by_the_next(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f"seen-ids-{int(dead.stdout)}-abc.sqlite"
+    alive = tmp_path / f"seen-ids-{os.getpid()}-def.sqlite"  # another table of a process still running
+    orphan.write_bytes(b"")
+    alive.write_bytes(b"")
+    seen = SeenIds(tmp_path)
+    assert not orphan.exists() and alive.exists()
+    seen.close()

@@ -268,7 +268,10 @@ class Worker(ManagedThread):
             permit = self.key.limiter.acquire(max(0.0, request.deadline - self._clock()), resend_of=first)
         except (LimiterTimeout, LimiterClosed, SendOvertaken, KeyNotHeld):
             return _STALE, None
-        reading, retry_after = self._exchange(permit, request)
+        try:
+            reading, retry_after = self._exchange(permit, request)
+        except KeyNotHeld:  # the lease ended before the resend could leave: the first attempt stays ambiguous
+            return _STALE, None
         if reading.outcome is Outcome.INVALID_NONCE:
             return Reading(Outcome.CONNECTION_RESET, "the first copy over the closed connection may have been accepted"), None
         return reading, retry_after
@@ -321,7 +324,7 @@ class Worker(ManagedThread):
         """Send ``permit``'s nonce once and give the permit back as the outcome allows, whatever
         raises on the way (a journal that cannot be written, a bug): a slot is never left marked in
         flight. Returns the reading and the Retry-After; ``_STALE`` for a first send over a stale
-        connection."""
+        connection. Raises KeyNotHeld, with nothing sent, if the key may not send now."""
         limiter = self.key.limiter
         if self._journal is not None and not permit.resend:  # a resend repeats a send already written down
             try:
@@ -329,6 +332,9 @@ class Worker(ManagedThread):
             except BaseException:
                 limiter.cancel(permit)  # nothing was sent
                 raise
+        if not self.key.may_send():  # a shared key's lease, checked right before the bytes leave (every send)
+            limiter.cancel(permit)
+            raise KeyNotHeld(self.key.name)
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:

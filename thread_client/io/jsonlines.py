@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import threading
 from typing import Callable
+
+from ..errors import OutputInUse
 
 __all__ = ["GroupCommit", "JsonLinesFile", "JsonLinesOutput"]
 
@@ -62,6 +65,9 @@ class JsonLinesFile:
     in memory (``unwritten()``), the error is logged once and ``on_write_error``
     is told, so the owner can stop instead of piling them up.
 
+    ``exclusive``: the file is locked (``flock``) for as long as it is open, and OutputInUse
+    is raised if another process holds it (the kernel lets go if the process dies).
+
     ``durable``: ``append`` returns only once the line is on the disk (it survives
     a power loss, not only a crash); concurrent appends share one ``fdatasync``;
     and a line that could not be made durable raises OSError to the caller (after
@@ -74,10 +80,13 @@ class JsonLinesFile:
         on_write_error: Callable[[OSError], None] = lambda exc: None,
         *,
         durable: bool = False,
+        exclusive: bool = False,
         write: Callable[[int, bytes], int] = os.write,
     ) -> None:
         self.path = str(path)
         self._fd = 1 if self.path == "-" else os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        if exclusive and self._fd != 1:
+            _lock_for_this_process(self._fd, self.path)
         self.on_write_error = on_write_error
         self._durable = durable
         self._commit = GroupCommit() if durable and self.path != "-" else None
@@ -141,6 +150,14 @@ class JsonLinesFile:
         fd, self._fd = self._fd, -1
         if fd > 2:
             os.close(fd)
+
+
+def _lock_for_this_process(fd: int, path: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputInUse(path) from None
 
 
 def _ends_without_newline(fd: int) -> bool:

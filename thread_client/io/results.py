@@ -26,7 +26,7 @@ class Results(JsonLinesOutput):
     ) -> None:
         self.path = path
         self._max_body = max_body_bytes
-        self._file = JsonLinesFile(path, durable=durable, write=write)  # write: a test's full disk
+        self._file = JsonLinesFile(path, durable=durable, exclusive=True, write=write)  # write: a test's full disk
 
     def __repr__(self) -> str:
         return f"<Results {self.path}>"

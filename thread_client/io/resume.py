@@ -24,7 +24,7 @@ class SendJournal(JsonLinesOutput):
 
     def __init__(self, results_path: str, *, durable: bool = False) -> None:
         self.path = f"{results_path}.sent"
-        self._file = JsonLinesFile(self.path, durable=durable)
+        self._file = JsonLinesFile(self.path, durable=durable, exclusive=True)
 
     def __repr__(self) -> str:
         return f"<SendJournal {self.path}>"

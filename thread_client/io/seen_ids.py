@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+from pathlib import Path
 
 __all__ = ["SeenIds"]
 
@@ -15,10 +16,13 @@ class SeenIds:
     A Python set of ten million ids holds hundreds of MiB and grows with every
     line; a table on disk keeps memory flat (SQLite's page cache) and the check
     exact, for one indexed insert per id. Used by one thread (the producer).
+    The file's name carries the process id: the files of a process that died
+    without closing them (a crash) are removed by the next one in the folder.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
-        handle, self._path = tempfile.mkstemp(prefix="seen-ids-", suffix=".sqlite", dir=folder)
+        _remove_orphans(Path(folder or tempfile.gettempdir()))
+        handle, self._path = tempfile.mkstemp(prefix=f"seen-ids-{os.getpid()}-", suffix=".sqlite", dir=folder)
         os.close(handle)
         self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         # Nothing here must survive a crash: no journal, no fsync. A small fixed page cache (256 KiB, not
@@ -52,3 +56,24 @@ class SeenIds:
             self._db.close()
             self._db = None  # type: ignore[assignment]
             os.unlink(self._path)
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Delete the id tables left in ``folder`` by processes that are gone (``seen-ids-<pid>-*.sqlite``)."""
+    for path in folder.glob("seen-ids-*-*.sqlite"):
+        try:
+            pid = int(path.name.split("-")[2])
+        except ValueError:
+            continue
+        if not _alive(pid):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
