@@ -187,3 +187,21 @@ def test_every_permit_is_given_back_whatever_raises_after_it_was_taken(transport
     stop_all(queues, key, *threads)
     assert worker.failure is None and queues.counts().balanced
     assert key.limiter.state().in_flight == 0  # the slot of the attempt that raised was given back
+
+
+def test_a_lease_that_ends_after_the_permit_was_taken_stops_the_send_before_its_bytes_leave():
+    answers = iter([True, False])  # held when the permit came; gone by the time the bytes would leave
+
+    def may_send() -> bool:
+        return next(answers, False)
+
+    queues = QueueManager(Graveyard(None), queue_size=10)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", ThreadSafeRateLimiter(20, order_latency=0.0), may_send)
+    transport = FlakyTransport()
+    worker = Worker(key, queues, transport, RetryPolicy(), OutageGate(), threading.Event())
+    queues.submit(Request("1", time.monotonic()))
+    request = queues.take(timeout=0)
+    worker._handle(request)  # on this thread: the one send, decided step by step
+    assert transport.calls == 0 and key.limiter.state().in_flight == 0
+    counts = queues.counts()
+    assert (counts.dlq, counts.in_flight, counts.accepted) == (1, 0, 0)  # handed back, at no cost
