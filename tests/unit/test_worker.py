@@ -115,17 +115,22 @@ def test_an_error_after_a_request_was_routed_does_not_route_it_again():
     assert counts.balanced
 
 
+def worker_on_a_held_key(hold: float) -> tuple[QueueManager, ApiKey, Metrics, tuple[threading.Thread, ...]]:
+    """A worker and the requeue thread running, for a key held ``hold`` seconds and one request waiting."""
+    queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
+    key = new_key()
+    key.limiter.hold(hold)
+    metrics = Metrics()
+    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
+    queues.submit(Request("1", time.monotonic()))
+    return queues, key, metrics, started(worker, Requeuer(queues))
+
+
 def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
     # A key held far longer than a request's time-to-live (a Retry-After, the hold after a strike) used to
     # take the request, find at once that no slot could free in time, count it expired and take it again,
     # thousands of times a second. Now its worker takes nothing until the key can send.
-    queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
-    key = new_key()
-    key.limiter.hold(60)
-    metrics = Metrics()
-    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
-    queues.submit(Request("1", time.monotonic()))
-    threads = started(worker, Requeuer(queues))
+    queues, key, metrics, threads = worker_on_a_held_key(60)
     time.sleep(0.3)  # the old worker spun through the queue thousands of times in this while
     counts, snapshot = queues.counts(), metrics.snapshot()
     stop_all(queues, key, *threads)
@@ -134,13 +139,7 @@ def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
 
 
 def test_a_key_whose_hold_ends_takes_the_waiting_work_and_sends_it():
-    queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
-    key = new_key()
-    key.limiter.hold(0.2)
-    metrics = Metrics()
-    worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
-    queues.submit(Request("1", time.monotonic()))
-    threads = started(worker, Requeuer(queues))
+    queues, key, metrics, threads = worker_on_a_held_key(0.2)
     wait_for(lambda: queues.counts().accepted == 1, timeout=10)
     stop_all(queues, key, *threads)
     assert metrics.snapshot().expired == 0
