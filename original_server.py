@@ -355,6 +355,7 @@ class ExchangeServer(ThreadingHTTPServer):
         verbose: bool = False,
         retry_after: float | None = None,
         *,
+        latency_dist: str = "uniform",
         idle_timeout: float | None = None,
         announce_idle_timeout: bool = False,
         close_every_answer: bool = False,
@@ -371,6 +372,7 @@ class ExchangeServer(ThreadingHTTPServer):
         self.proxy_429_rate = proxy_429_rate
         self.lost_answer_rate = lost_answer_rate
         self.max_latency_ms = max_latency_ms
+        self.latency_dist = latency_dist
         self.faults = faults
         self.verbose = verbose
         self._random = random.Random(seed)
@@ -383,9 +385,13 @@ class ExchangeServer(ThreadingHTTPServer):
             return self._random.random()
 
     def sleep_latency(self) -> None:
-        """Sleep a uniformly random whole number of ms in [0, max_latency_ms]."""
+        """Sleep a random whole number of ms: uniform in [0, max_latency_ms] (the contract), or with
+        ``latency_dist`` "exponential" of the same mean (max_latency_ms / 2) and a long tail."""
         with self._random_lock:
-            delay_ms = self._random.randint(0, self.max_latency_ms)
+            if self.latency_dist == "exponential" and self.max_latency_ms:
+                delay_ms = round(self._random.expovariate(2 / self.max_latency_ms))
+            else:
+                delay_ms = self._random.randint(0, self.max_latency_ms)
         if delay_ms:
             time.sleep(delay_ms / 1000)
 
@@ -411,6 +417,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument("--port", type=int, default=9999, help="port to listen on, 0 for any free port (default %(default)s)")
     parser.add_argument("--max-latency-ms", type=int, default=50, help="upper bound of the incoming and outgoing latency, ms (default %(default)s)")
+    parser.add_argument("--latency-dist", choices=("uniform", "exponential"), default="uniform",
+                        help="uniform in [0, --max-latency-ms], as the contract says; or exponential with the same "
+                        "mean and a long tail (default %(default)s)")
     parser.add_argument("--rate", type=int, default=20, help="accepted requests per key per 1000 ms (default %(default)s)")
     parser.add_argument("--max-429", type=int, default=10, help="rate-limit rejections after which a key is blocked (default %(default)s)")
     parser.add_argument("--keys-file", help="file with one valid key per line (default: the five public test keys)")
@@ -474,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
-            idle_timeout=args.idle_timeout, announce_idle_timeout=args.announce_idle_timeout,
+            latency_dist=args.latency_dist, idle_timeout=args.idle_timeout,
+            announce_idle_timeout=args.announce_idle_timeout,
             close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
             proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate,

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from conftest import KEY, KEYS, ROOT
+import original_server
 from original_server import MSG_BLOCKED, MSG_INVALID_NONCE, MSG_RATE_LIMITED, ExchangeState
 
 SERVER = str(ROOT / "original_server.py")
@@ -254,3 +255,21 @@ def test_signals_stop_it_cleanly(start_server, sig):
     server = start_server("--max-latency-ms", "0")
     assert call(server, api_key=KEY, nonce=1, req_id=1)[0] == 200
     assert server.stop(sig) == 0
+
+
+@pytest.mark.parametrize("dist", ["uniform", "exponential"])
+def test_the_latency_distribution_keeps_its_mean_and_only_the_exponential_has_a_tail(dist, monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(original_server.time, "sleep", slept.append)
+    server = original_server.ExchangeServer(("127.0.0.1", 0), ExchangeState(KEYS, 20, 10), 100, seed=3,
+                                            latency_dist=dist)
+    try:
+        for _ in range(4000):
+            server.sleep_latency()
+    finally:
+        server.server_close()
+    delays = [s * 1000 for s in slept] + [0.0] * (4000 - len(slept))  # a 0 ms draw sleeps not at all
+    assert statistics.mean(delays) == pytest.approx(50, rel=0.08)
+    assert all(abs(delay - round(delay)) < 1e-6 for delay in delays)  # whole milliseconds, as the contract says
+    beyond = sum(delay > 100 for delay in delays)
+    assert beyond == 0 if dist == "uniform" else beyond > 200  # e^-2 of the draws lie past twice the mean
