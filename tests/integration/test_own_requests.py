@@ -158,7 +158,7 @@ def crash_three_times(server, client_process, tmp_path, source, *args: str) -> N
 
 
 def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_server, client_process, tmp_path):
-    server = start_server()  # default latencies: a few requests are always on the wire when the kill lands
+    server = start_server("--seed", "11")  # default latencies: a few requests are always on the wire at a kill
     source = tmp_path / "in.jsonl"
     write_requests(source, 700)
     crash_three_times(server, client_process, tmp_path, source)
@@ -167,14 +167,17 @@ def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_s
     results = records(tmp_path / "results.jsonl")
     ids = collections.Counter(record["id"] for record in results)
     assert set(ids) == {f"order-{n}" for n in range(1, 701)} and set(ids.values()) == {1}
-    resumed = sum(record["resumed_after_crash"] for record in results)
-    assert 1 <= resumed and server.stats()["totals"]["duplicate_accepts"] <= resumed  # the kills hit requests in flight
+    # The kills hit requests in flight: each one the exchange accepted twice says so in its record.
+    resumed = {record["id"] for record in results if record["resumed_after_crash"]}
+    twice = {req_id for req_id, count in server.accepted().items() if count > 1}
+    assert resumed and twice <= resumed
+    assert len(resumed) <= 60  # only what was on the wire or waiting out a retry at a kill: ten threads, three kills
     assert {record["outcome"] for record in results} == {"accepted"}
 
 
 def test_exactly_once_sigkill_and_restart_three_times_accept_nothing_twice(start_server, client_process, tmp_path):
     # Slow answers: when a kill lands, most keys have a send on the wire, often accepted and not yet answered.
-    server = start_server("--max-latency-ms", "200")
+    server = start_server("--max-latency-ms", "200", "--seed", "11")
     source = tmp_path / "in.jsonl"
     write_requests(source, 300)
     crash_three_times(server, client_process, tmp_path, source, "--delivery", "exactly-once")
