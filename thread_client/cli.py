@@ -17,7 +17,8 @@ from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
 from .cluster.leased_keys import LeasedKeyPool
-from .cluster.streams import HeldEntries, StreamJournal, StreamResults, StreamSource
+from .cluster.stream_results import StreamJournal, StreamResults
+from .cluster.stream_source import HeldEntries, StreamSource
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon

@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .cluster.address import StoreAddress, is_store_url
-from .cluster.streams import WorkStream
+from .cluster.work_stream import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS

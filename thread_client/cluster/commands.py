@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from .address import StoreAddress
 from .keyspace import Keyspace
 from .leases import lease_holders
-from .streams import WorkStream, submit_lines
+from .work_stream import WorkStream, submit_lines
 
 if TYPE_CHECKING:
     import redis

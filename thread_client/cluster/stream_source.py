@@ -1,0 +1,174 @@
+"""Requests from a work stream through its consumer group, and the entries a daemon holds meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from ..request import InvalidInput, UnknownFate, Work, parse_line
+from .address import store_errors
+from .work_stream import ENTRY_FIELD, WorkStream
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["HeldEntries", "StreamSource"]
+
+log = logging.getLogger(__name__)
+
+
+class HeldEntries:
+    """The work entries this daemon has taken in and not yet acknowledged, shared by the source (which
+    adds them, and skips one it holds already) and the results sink (which drops them once acknowledged).
+
+    ``XAUTOCLAIM`` cannot leave out the caller's own entries: without this set, an entry that waited
+    in this daemon's queue past the reclaim time would be taken in a second time. At most a queue's
+    worth plus the requests in flight and waiting out a backoff.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+
+    def take(self, entry_id: str) -> bool:
+        """Hold ``entry_id``; False if it is held already."""
+        with self._lock:
+            if entry_id in self._ids:
+                return False
+            self._ids.add(entry_id)
+            return True
+
+    def done(self, entry_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._ids.difference_update(entry_ids)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._ids)
+
+
+class StreamSource:
+    """Requests from a work stream through its consumer group, as ``consumer``.
+
+    Entries are read in small batches (``batch``) only when the producer comes
+    back for more, that is when the main queue had room: a daemon holds at most
+    its queue's worth of work it cannot send yet. First it takes back what this
+    consumer had pending (a restart under the same name): those may have been
+    sent already, so they count as resumed. Entries another consumer left pending
+    for the reclaim time (it died, or lost its keys) are claimed with
+    ``XAUTOCLAIM``, resumed too; its cursor is kept between calls, so the scan
+    moves on through the pending list instead of rereading its head. A stream has
+    no end: the source waits for new entries until ``stop``. A store that stops
+    answering is waited for, with a warning, and reading resumes when it is back.
+    """
+
+    def __init__(
+        self, work: WorkStream, consumer: str, held: HeldEntries, *, lease_ttl: float, exactly_once: bool = False,
+        batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.work = work
+        self.consumer = consumer
+        self.held = held
+        self._exactly_once = exactly_once
+        self._batch = batch
+        self._block_ms = max(1, round(block * 1000))
+        self._block = block
+        # Tied to the lease: a member that died has lost its keys after one lease; its entries wait ten.
+        reclaim_after = work.reclaim_after if work.reclaim_after is not None else 10 * lease_ttl
+        self._reclaim_after_ms = max(1, round(reclaim_after * 1000))
+        self._reclaim_every = reclaim_after / 4
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<StreamSource {self.work.stream} as {self.consumer}>"
+
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+        store = self.work.address.connect()
+        try:
+            yield from self._read(store, stop)
+        finally:
+            store.close()
+
+    def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+        # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
+        own_pending, pending_after = True, "0"
+        down_since: float | None = None
+        cursor, next_reclaim, next_touch = "0-0", self._clock(), self._clock()
+        group_ready = False  # made sure of at the start and after the store was away
+        while not stop.is_set():
+            try:
+                if not group_ready:
+                    self.work.ensure_group(store)
+                    group_ready = True
+                if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
+                    self._touch_held(store)
+                    next_touch = self._clock() + self._reclaim_every
+                if not own_pending and self._clock() >= next_reclaim:
+                    cursor, claimed = self._reclaim(store, cursor)
+                    if cursor == "0-0":  # the scan went round the whole pending list: rest a while
+                        next_reclaim = self._clock() + self._reclaim_every
+                    for entry_id, fields in claimed:
+                        if self.held.take(entry_id):
+                            yield self._resumed(store, parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}",
+                                                                  receipt=entry_id))
+                    if claimed:
+                        continue
+                reply = store.xreadgroup(
+                    self.work.group, self.consumer, {self.work.stream: pending_after if own_pending else ">"},
+                    count=self._batch, block=None if own_pending else self._block_ms,
+                )
+            except store_errors() as exc:
+                group_ready = False
+                if down_since is None:
+                    down_since = time.monotonic()
+                    log.warning("work stream %s: the store does not answer (%s); waiting for it", self.work.stream, exc)
+                stop.wait(self._block)
+                continue
+            if down_since is not None:
+                log.warning("work stream %s: the store answers again after %.1f s", self.work.stream,
+                            time.monotonic() - down_since)
+                down_since = None
+            entries = reply[0][1] if reply else []
+            if own_pending and not entries:
+                own_pending = False
+                continue
+            for entry_id, fields in entries:
+                if not self.held.take(entry_id):
+                    continue
+                item = parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
+                yield self._resumed(store, item) if own_pending else item
+            if own_pending:
+                pending_after = entries[-1][0]
+
+    def _touch_held(self, store: "redis.Redis") -> None:
+        """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
+        other member takes over an entry that only waits in this daemon's queue."""
+        held = self.held.snapshot()
+        for start in range(0, len(held), 500):
+            store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
+
+    def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
+        """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's
+        (entries deleted meanwhile come back as None and are dropped)."""
+        reply = store.xautoclaim(self.work.stream, self.work.group, self.consumer, self._reclaim_after_ms,
+                                 start_id=cursor, count=self._batch)
+        claimed = [(entry_id, fields) for entry_id, fields in reply[1] if entry_id is not None]
+        if claimed:
+            log.warning("work stream %s: took over %d entries another member left pending for %.0f s or more",
+                        self.work.stream, len(claimed), self._reclaim_after_ms / 1000)
+        return reply[0], claimed
+
+    def _resumed(self, store: "redis.Redis", item: Work | InvalidInput) -> Work | InvalidInput | UnknownFate:
+        """An entry delivered before: it may have been sent already. At-least-once sends it again (marked
+        resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
+        if not isinstance(item, Work):
+            return item
+        sent = store.hget(self.work.sent, item.receipt) if self._exactly_once else None
+        if sent is not None:
+            key, nonce = sent.split(" ", 1)
+            return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "
+                                        "answer was known; exactly-once does not send it again", item.receipt)
+        return replace(item, resumed=True)
