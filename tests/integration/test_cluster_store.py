@@ -10,6 +10,7 @@ from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
 from thread_client.cluster.nonce_blocks import NonceBlocks
+from thread_client.cluster.scripts import Scripts
 from thread_client.errors import KeyNotHeld
 
 NAMES = Keyspace("test").key(KEYS[0])
@@ -18,7 +19,7 @@ QUIET = 2.0  # a window plus the unanswered hold
 
 def lease(store, member: str, ttl: float = 5.0, margin: float = 0.5, clock=None) -> KeyLease:
     extra = {"clock": clock} if clock is not None else {}
-    return KeyLease(store, NAMES, member, ttl=ttl, quiet=QUIET, margin=margin, **extra)
+    return KeyLease(Scripts(store), NAMES, member, ttl=ttl, quiet=QUIET, margin=margin, **extra)
 
 
 def test_one_holder_at_a_time_and_a_new_fence_for_each(valkey):
@@ -60,7 +61,7 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
     store = valkey.client()
     old, new = lease(store, "a"), lease(store, "b")
     old.acquire()
-    old_blocks = NonceBlocks(store, NAMES, old, size=100)
+    old_blocks = NonceBlocks(Scripts(store), NAMES, old, size=100)
     seconds, micros = store.time()
     first, last = old_blocks.reserve(1)
     assert first >= seconds * 1_000_000 + micros and last == first + 99
@@ -70,14 +71,14 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
     new.acquire()
     with pytest.raises(KeyNotHeld):
         old_blocks.reserve(1)  # a stale owner gets no more nonces
-    taken_over = NonceBlocks(store, NAMES, new, size=100).reserve(1)
+    taken_over = NonceBlocks(Scripts(store), NAMES, new, size=100).reserve(1)
     assert taken_over[0] > ahead[1]
 
 
 def test_members_see_each_other_and_a_silent_one_drops_out(valkey):
     store = valkey.client()
-    steady = Membership(store, "test:members", "steady", ttl=5.0)
-    brief = Membership(store, "test:members", "brief", ttl=0.2)
+    steady = Membership(Scripts(store), "test:members", "steady", ttl=5.0)
+    brief = Membership(Scripts(store), "test:members", "brief", ttl=0.2)
     brief.beat()
     assert steady.beat() == ["brief", "steady"]
     wait_for(lambda: steady.beat() == ["steady"], timeout=5)
@@ -89,7 +90,7 @@ def test_leases_and_nonces_survive_a_valkey_restart(valkey):
     store = valkey.client()
     holder = lease(store, "a")
     holder.acquire()
-    blocks = NonceBlocks(store, NAMES, holder, size=100)
+    blocks = NonceBlocks(Scripts(store), NAMES, holder, size=100)
     before = blocks.reserve(1)
     valkey.restart()  # a clean stop writes the append-only file; the script cache is empty afterwards
     assert holder.renew()

@@ -24,6 +24,7 @@ from .keyspace import Keyspace, key_id
 from .leases import KeyLease
 from .members import Membership
 from .nonce_blocks import NonceBlocks
+from .scripts import Scripts
 
 if TYPE_CHECKING:
     import redis
@@ -56,6 +57,7 @@ class LeasedKeyPool(BaseKeyPool):
         clock: Clock = monotonic,
     ) -> None:
         self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
+        scripts = Scripts(self._store)  # one registration for every lease, nonce block and heartbeat
         self._keyspace = keyspace
         self.member = member
         self._every = lease_ttl / 3
@@ -63,9 +65,9 @@ class LeasedKeyPool(BaseKeyPool):
         keys = []
         for secret in secrets:
             names = keyspace.key(secret)
-            lease = KeyLease(self._store, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
+            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), clock=clock)
-            nonces = NonceGenerator(reserve=NonceBlocks(self._store, names, lease).reserve)
+            nonces = NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
                 rate, name=mask(secret), window=window, order_latency=order_latency,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
@@ -75,7 +77,7 @@ class LeasedKeyPool(BaseKeyPool):
             keys.append(key)
         super().__init__(keys)
         self._key_of = {key_id(key.secret): key for key in keys}
-        self._membership = Membership(self._store, keyspace.members, member, ttl=lease_ttl)
+        self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
         self._keeper = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)

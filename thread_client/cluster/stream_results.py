@@ -13,43 +13,13 @@ from ..errors import KeyNotHeld
 from ..io.results import final_record
 from ..request import Request
 from .address import store_errors
+from .scripts import Scripts
 from .stream_source import HeldEntries
 from .work_stream import DEAD_LETTER_OUTCOMES, WorkStream
 
 __all__ = ["StreamJournal", "StreamResults"]
 
 log = logging.getLogger(__name__)
-
-
-# KEYS: the work stream, the results stream, the dead-letter stream, the send journal. ARGV[1], ARGV[2]: the
-# group and this consumer; ARGV[3]: 1 if sends are journaled (exactly-once); then (entry id, record, dead
-# letter 1|0) per record. A record is written, and its entry acknowledged (and its journal line dropped),
-# only if the entry is still pending with this consumer; returns the entry ids that are not.
-_WRITE_RESULTS = """
-local taken_over = {}
-for i = 4, #ARGV, 3 do
-  local entry, record = ARGV[i], ARGV[i + 1]
-  local mine = entry == ''
-  if not mine then
-    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
-    mine = pending[1] ~= nil and pending[1][2] == ARGV[2]
-  end
-  if mine then
-    local decoded = cjson.decode(record)
-    redis.call('XADD', KEYS[2], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
-    if ARGV[i + 2] == '1' then
-      redis.call('XADD', KEYS[3], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
-    end
-    if entry ~= '' then
-      redis.call('XACK', KEYS[1], ARGV[1], entry)
-      if ARGV[3] == '1' then redis.call('HDEL', KEYS[4], entry) end
-    end
-  else
-    taken_over[#taken_over + 1] = entry
-  end
-end
-return taken_over
-"""
 
 
 class StreamResults:
@@ -74,7 +44,7 @@ class StreamResults:
         self._max_body = max_body_bytes
         self._flush_every = flush_every
         self._store = work.address.connect()
-        self._write_script = self._store.register_script(_WRITE_RESULTS)
+        self._scripts = Scripts(self._store)
         # Guards _waiting and _closed; `_more` wakes the writer.
         self._lock = threading.Lock()
         self._more = threading.Condition(self._lock)
@@ -130,7 +100,7 @@ class StreamResults:
         args = [self.work.group, self.consumer, "1" if self._journaled else "0"]
         for record, receipt in batch:
             args += [receipt or "", json.dumps(record), "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"]
-        taken_over = self._write_script(
+        taken_over = self._scripts.write_results(
             keys=[self.work.stream, self.work.results, self.work.dead, self.work.sent], args=args
         )
         if taken_over:

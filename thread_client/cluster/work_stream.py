@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from ..errors import ConfigError
 from ..request import InvalidInput, parse_line
 from .address import StoreAddress
+from .scripts import Scripts
 
 if TYPE_CHECKING:
     import redis
@@ -60,27 +61,13 @@ class WorkStream:
                 raise
 
 
-# KEYS[1]: the work stream; KEYS[2..n]: one id key per request. ARGV[1]: seconds an id is remembered;
-# ARGV[2..n]: the requests. A request whose id key exists already is a duplicate: not added.
-_SUBMIT = """
-local added = 0
-for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
-    redis.call('XADD', KEYS[1], '*', 'request', ARGV[i])
-    added = added + 1
-  end
-end
-return added
-"""
-
-
 def submit_lines(
     store: "redis.Redis", work: WorkStream, lines: Iterable[bytes], *, remember_ids: float = 7 * 86_400,
     batch: int = 500,
 ) -> tuple[int, int, list[InvalidInput]]:
     """Validate ``lines`` and append the requests to the work stream, skipping ids submitted before
     (remembered ``remember_ids`` seconds). Returns (added, duplicates, refused lines)."""
-    script = store.register_script(_SUBMIT)
+    script = Scripts(store).submit
     added = duplicates = 0
     refused: list[InvalidInput] = []
     id_keys: list[str] = []
