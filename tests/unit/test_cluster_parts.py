@@ -1,13 +1,17 @@
-"""Pure parts of the several-processes mode: store addresses, names under one hash tag, rendezvous spreading."""
+"""Pure parts of the several-processes mode: store addresses, names under one hash tag, rendezvous spreading,
+the store's errors translated at the edge."""
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from thread_client.cluster.address import StoreAddress, is_store_url
+import pytest
+import redis
+
+from thread_client.cluster.address import StoreAddress, is_store_url, store_call
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.members import rendezvous_owner
-from thread_client.errors import ConfigError
+from thread_client.errors import ConfigError, StoreUnavailable
 
 KEY_IDS = [f"key-{n}" for n in range(15)]
 
@@ -68,3 +72,21 @@ def test_a_missing_option_names_the_flag_and_the_fix():
     with pytest.raises(ConfigError, match=r"--results redis://s:6379/0: add \?stream=NAME"):
         StoreAddress.parse("redis://s").option("stream", flag="--results")
     assert not is_store_url("results.jsonl") and not is_store_url("-")
+
+
+@pytest.mark.parametrize(("error", "refused", "said"), [
+    (redis.ConnectionError("Connection refused"), False, "the store does not answer (Connection refused)"),
+    (redis.TimeoutError("Timeout reading from socket"), False, "the store does not answer"),
+    (redis.BusyLoadingError("loading"), False, "the store does not answer"),
+    (redis.exceptions.OutOfMemoryError("command not allowed"), True, "the store refuses writes: out of memory"),
+    (redis.exceptions.ReadOnlyError("read only replica"), True, "the store refuses writes: it is a read-only replica"),
+])
+def test_the_store_s_errors_leave_the_edge_as_store_unavailable_with_their_cause(error, refused, said):
+    with pytest.raises(StoreUnavailable, match=re.escape(said)) as caught, store_call():
+        raise error
+    assert caught.value.refused is refused and caught.value.__cause__ is error
+
+
+def test_any_other_store_error_is_a_bug_and_passes_the_edge_as_it_is():
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"), store_call():
+        raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")

@@ -16,10 +16,11 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..clock import Clock, monotonic
+from ..errors import StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, mask
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
-from .address import StoreAddress, store_errors
+from .address import StoreAddress, store_call
 from .keyspace import Keyspace, key_id
 from .leases import KeyLease
 from .members import Membership
@@ -90,7 +91,10 @@ class LeasedKeyPool(BaseKeyPool):
         return {self._key_of[kid].name: lease.fence for kid, lease in self._leases.items() if lease.fence is not None}
 
     def start(self) -> None:
-        self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
+        """Register the keys' masked names (for ``status``), then keep the leases. StoreUnavailable if the store
+        does not take it: nothing is started."""
+        with store_call():
+            self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
         self._keeper.start()
 
     def _keep(self) -> None:
@@ -103,7 +107,7 @@ class LeasedKeyPool(BaseKeyPool):
                 if away_since is not None:
                     log.warning("%s: the store answers again after %.1f s", self.member, time.monotonic() - away_since)
                     away_since = None
-            except store_errors() as exc:
+            except StoreUnavailable as exc:
                 if away_since is None:
                     away_since = time.monotonic()
                     log.warning("%s: the store does not answer (%s): no send on a key past its lease", self.member, exc)
@@ -155,6 +159,6 @@ class LeasedKeyPool(BaseKeyPool):
                 if lease.held:
                     lease.release()
             self._membership.leave()
-        except store_errors() as exc:
+        except StoreUnavailable as exc:
             log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
         self._store.close()

@@ -9,9 +9,8 @@ Microseconds since the epoch (~1.8e15) stay below 2^53, where Lua's doubles are 
 
 from __future__ import annotations
 
-from ..errors import KeyNotHeld
+from ..errors import KeyNotHeld, StoreUnavailable
 from ..limits.nonces import BLOCK
-from .address import store_errors
 from .keyspace import KeyNames
 from .leases import KeyLease
 from .scripts import Scripts
@@ -37,8 +36,8 @@ class NonceBlocks:
         try:
             reply = self._scripts.reserve_nonces(keys=[self._names.lease, self._names.nonce_mark],
                                                  args=[self._lease.token, wanted, self._size])
-        except store_errors():
-            raise KeyNotHeld(self._names.lease) from None
+        except StoreUnavailable as exc:
+            raise KeyNotHeld(self._names.lease) from exc
         if reply is None:
             raise KeyNotHeld(self._names.lease)
         first, last = (int(value) for value in reply)

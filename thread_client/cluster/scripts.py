@@ -7,11 +7,12 @@ touches only the keys it is given, and those of one call share a hash tag (one R
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .address import store_call
 
 if TYPE_CHECKING:
     import redis
-    from redis.commands.core import Script
 
 __all__ = ["Scripts"]
 
@@ -147,20 +148,33 @@ return added
 class Scripts:
     """Every script above, registered with one store client: made once per client (a daemon's key pool,
     its results writer, ``submit``) and handed to what calls them (each lease, the membership, each
-    key's nonce blocks), never registered again per object.
+    key's nonce blocks), never registered again per object. A call raises StoreUnavailable when the
+    store does not answer or refuses it (``store_call``).
 
     Registering only hashes the text; the store loads a script on its first call, and again after a
     restart emptied its script cache (redis-py falls back from ``EVALSHA`` to loading it).
     """
 
     def __init__(self, store: "redis.Redis") -> None:
-        self.acquire_lease: Script = store.register_script(_ACQUIRE_LEASE)
-        self.renew_lease: Script = store.register_script(_RENEW_LEASE)
-        self.release_lease: Script = store.register_script(_RELEASE_LEASE)
-        self.heartbeat: Script = store.register_script(_HEARTBEAT)
-        self.reserve_nonces: Script = store.register_script(_RESERVE_NONCES)
-        self.write_results: Script = store.register_script(_WRITE_RESULTS)
-        self.submit: Script = store.register_script(_SUBMIT)
+        self.acquire_lease = _Registered(store, _ACQUIRE_LEASE)
+        self.renew_lease = _Registered(store, _RENEW_LEASE)
+        self.release_lease = _Registered(store, _RELEASE_LEASE)
+        self.heartbeat = _Registered(store, _HEARTBEAT)
+        self.reserve_nonces = _Registered(store, _RESERVE_NONCES)
+        self.write_results = _Registered(store, _WRITE_RESULTS)
+        self.submit = _Registered(store, _SUBMIT)
+        self._store = store
 
     def __repr__(self) -> str:
-        return f"<Scripts of {self.heartbeat.registered_client!r}>"
+        return f"<Scripts of {self._store!r}>"
+
+
+class _Registered:
+    """One script registered with one client; each call goes through ``store_call``."""
+
+    def __init__(self, store: "redis.Redis", text: str) -> None:
+        self._script = store.register_script(text)
+
+    def __call__(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with store_call():
+            return self._script(keys=keys, args=args)

@@ -9,10 +9,10 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import KeyNotHeld
+from ..errors import KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
 from ..request import Request
-from .address import store_errors
+from .address import store_call
 from .scripts import Scripts
 from .stream_source import HeldEntries
 from .work_stream import DEAD_LETTER_OUTCOMES, WorkStream
@@ -81,7 +81,7 @@ class StreamResults:
                         log.warning("results stream %s: written again after %.1f s", self.work.results,
                                     time.monotonic() - down_since)
                         down_since = None
-                except store_errors() as exc:
+                except StoreUnavailable as exc:
                     if down_since is None:
                         down_since = time.monotonic()
                         log.warning("results stream %s: the store does not answer (%s); %d records wait",
@@ -140,9 +140,10 @@ class StreamJournal:
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
         try:
-            self._store.hset(self.work.sent, request.receipt or request.req_id, f"{key} {nonce}")
-        except store_errors():
-            raise KeyNotHeld(key) from None
+            with store_call():
+                self._store.hset(self.work.sent, request.receipt or request.req_id, f"{key} {nonce}")
+        except StoreUnavailable as exc:
+            raise KeyNotHeld(key) from exc
 
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
         """Nothing to report: a journal line that cannot be written stops its send instead."""

@@ -8,8 +8,9 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+from ..errors import StoreUnavailable
 from ..request import InvalidInput, UnknownFate, Work, parse_line
-from .address import store_errors
+from .address import store_call
 from .work_stream import ENTRY_FIELD, WorkStream
 
 if TYPE_CHECKING:
@@ -106,21 +107,19 @@ class StreamSource:
                 if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
                     self._touch_held(store)
                     next_touch = self._clock() + self._reclaim_every
+                claimed: list = []
                 if not own_pending and self._clock() >= next_reclaim:
                     cursor, claimed = self._reclaim(store, cursor)
                     if cursor == "0-0":  # the scan went round the whole pending list: rest a while
                         next_reclaim = self._clock() + self._reclaim_every
-                    for entry_id, fields in claimed:
-                        if self.held.take(entry_id):
-                            yield self._resumed(store, parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}",
-                                                                  receipt=entry_id))
-                    if claimed:
-                        continue
-                reply = store.xreadgroup(
-                    self.work.group, self.consumer, {self.work.stream: pending_after if own_pending else ">"},
-                    count=self._batch, block=None if own_pending else self._block_ms,
-                )
-            except store_errors() as exc:
+                if claimed:
+                    items = self._take_in(store, claimed, resumed=True)
+                else:
+                    entries = self._next_entries(store, pending_after if own_pending else None)
+                    items = self._take_in(store, entries, resumed=own_pending)
+                    if own_pending:
+                        own_pending, pending_after = bool(entries), entries[-1][0] if entries else pending_after
+            except StoreUnavailable as exc:
                 group_ready = False
                 if down_since is None:
                     down_since = time.monotonic()
@@ -131,30 +130,42 @@ class StreamSource:
                 log.warning("work stream %s: the store answers again after %.1f s", self.work.stream,
                             time.monotonic() - down_since)
                 down_since = None
-            entries = reply[0][1] if reply else []
-            if own_pending and not entries:
-                own_pending = False
-                continue
-            for entry_id, fields in entries:
-                if not self.held.take(entry_id):
-                    continue
-                item = parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
-                yield self._resumed(store, item) if own_pending else item
-            if own_pending:
-                pending_after = entries[-1][0]
+            yield from items
+
+    def _next_entries(self, store: "redis.Redis", pending_after: str | None) -> list:
+        """The next batch of entries: this consumer's own pending ones after ``pending_after``, or (None) new ones,
+        waiting up to ``block`` for them."""
+        with store_call():
+            reply = store.xreadgroup(
+                self.work.group, self.consumer, {self.work.stream: pending_after or ">"},
+                count=self._batch, block=None if pending_after else self._block_ms,
+            )
+        return reply[0][1] if reply else []
+
+    def _take_in(
+        self, store: "redis.Redis", entries: list, *, resumed: bool
+    ) -> list[Work | InvalidInput | UnknownFate]:
+        """The requests of ``entries`` this daemon does not hold yet, held from now on. ``resumed``: delivered
+        before, each is looked up in the journal first; if the store fails meanwhile, none is held."""
+        parsed = [parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
+                  for entry_id, fields in entries]
+        items = [self._resumed(store, item) for item in parsed] if resumed else parsed
+        return [item for item in items if self.held.take(item.receipt)]
 
     def _touch_held(self, store: "redis.Redis") -> None:
         """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
         other member takes over an entry that only waits in this daemon's queue."""
         held = self.held.snapshot()
-        for start in range(0, len(held), 500):
-            store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
+        with store_call():
+            for start in range(0, len(held), 500):
+                store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
 
     def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
         """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's
         (entries deleted meanwhile come back as None and are dropped)."""
-        reply = store.xautoclaim(self.work.stream, self.work.group, self.consumer, self._reclaim_after_ms,
-                                 start_id=cursor, count=self._batch)
+        with store_call():
+            reply = store.xautoclaim(self.work.stream, self.work.group, self.consumer, self._reclaim_after_ms,
+                                     start_id=cursor, count=self._batch)
         claimed = [(entry_id, fields) for entry_id, fields in reply[1] if entry_id is not None]
         if claimed:
             log.warning("work stream %s: took over %d entries another member left pending for %.0f s or more",
@@ -166,7 +177,10 @@ class StreamSource:
         resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
         if not isinstance(item, Work):
             return item
-        sent = store.hget(self.work.sent, item.receipt) if self._exactly_once else None
+        if not self._exactly_once:
+            return replace(item, resumed=True)
+        with store_call():
+            sent = store.hget(self.work.sent, item.receipt)
         if sent is not None:
             key, nonce = sent.split(" ", 1)
             return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..errors import ConfigError
 from ..request import InvalidInput, parse_line
-from .address import StoreAddress
+from .address import StoreAddress, store_call
 from .scripts import Scripts
 
 if TYPE_CHECKING:
@@ -54,11 +54,12 @@ class WorkStream:
         """Create the consumer group (from the stream's first entry: work submitted before any daemon
         started is taken too) unless it exists."""
         import redis
-        try:
-            store.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        with store_call():
+            try:
+                store.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):  # an out-of-memory refusal is one too: store_call translates it
+                    raise
 
 
 def submit_lines(
@@ -66,7 +67,8 @@ def submit_lines(
     batch: int = 500,
 ) -> tuple[int, int, list[InvalidInput]]:
     """Validate ``lines`` and append the requests to the work stream, skipping ids submitted before
-    (remembered ``remember_ids`` seconds). Returns (added, duplicates, refused lines)."""
+    (remembered ``remember_ids`` seconds). Returns (added, duplicates, refused lines); raises StoreUnavailable
+    if the store stops taking them (the batches before went in: a rerun skips them as duplicates)."""
     script = Scripts(store).submit
     added = duplicates = 0
     refused: list[InvalidInput] = []
