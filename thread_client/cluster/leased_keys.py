@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..clock import Clock, monotonic
@@ -26,6 +25,7 @@ from .leases import KeyLease
 from .members import Membership
 from .nonce_blocks import NonceBlocks
 from .scripts import Scripts
+from .store_watch import StoreWatch
 
 if TYPE_CHECKING:
     import redis
@@ -79,6 +79,7 @@ class LeasedKeyPool(BaseKeyPool):
         super().__init__(keys)
         self._key_of = {key_id(key.secret): key for key in keys}
         self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl)
+        self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
         self._keeper = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
@@ -100,17 +101,12 @@ class LeasedKeyPool(BaseKeyPool):
     def _keep(self) -> None:
         """The keeper loop: one round every third of a lease; a store that does not answer is logged once
         (the leases then run out by this side's clock, and every send on them stops)."""
-        away_since: float | None = None
         while not self._stop.is_set():
             try:
                 self._round()
-                if away_since is not None:
-                    log.warning("%s: the store answers again after %.1f s", self.member, time.monotonic() - away_since)
-                    away_since = None
+                self._watch.answered()
             except StoreUnavailable as exc:
-                if away_since is None:
-                    away_since = time.monotonic()
-                    log.warning("%s: the store does not answer (%s): no send on a key past its lease", self.member, exc)
+                self._watch.failed(exc, "no send on a key past its lease")
             self._stop.wait(self._every)
 
     def _round(self) -> None:

@@ -14,6 +14,7 @@ from ..io.results import final_record
 from ..request import Request
 from .address import store_call
 from .scripts import Scripts
+from .store_watch import StoreWatch
 from .stream_source import HeldEntries
 from .work_stream import DEAD_LETTER_OUTCOMES, WorkStream
 
@@ -45,6 +46,7 @@ class StreamResults:
         self._flush_every = flush_every
         self._store = work.address.connect()
         self._scripts = Scripts(self._store)
+        self._watch = StoreWatch(f"results stream {work.results}")
         # Guards _waiting and _closed; `_more` wakes the writer.
         self._lock = threading.Lock()
         self._more = threading.Condition(self._lock)
@@ -66,7 +68,6 @@ class StreamResults:
             self._more.notify()
 
     def _write_loop(self) -> None:
-        down_since: float | None = None
         while True:
             with self._more:
                 while not self._waiting and not self._closed:
@@ -77,15 +78,9 @@ class StreamResults:
                 try:
                     self._write(batch)
                     self._held.done(receipt for _, receipt in batch if receipt is not None)
-                    if down_since is not None:
-                        log.warning("results stream %s: written again after %.1f s", self.work.results,
-                                    time.monotonic() - down_since)
-                        down_since = None
+                    self._watch.answered()
                 except StoreUnavailable as exc:
-                    if down_since is None:
-                        down_since = time.monotonic()
-                        log.warning("results stream %s: the store does not answer (%s); %d records wait",
-                                    self.work.results, exc, len(batch))
+                    self._watch.failed(exc, f"{len(batch)} records wait in memory")
                     with self._more:
                         self._waiting[:0] = batch
                     if closing:

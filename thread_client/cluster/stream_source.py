@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from ..errors import StoreUnavailable
 from ..request import InvalidInput, UnknownFate, Work, parse_line
 from .address import store_call
+from .store_watch import StoreWatch
 from .work_stream import ENTRY_FIELD, WorkStream
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class StreamSource:
     def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
         # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
         own_pending, pending_after = True, "0"
-        down_since: float | None = None
+        watch = StoreWatch(f"work stream {self.work.stream}")
         cursor, next_reclaim, next_touch = "0-0", self._clock(), self._clock()
         group_ready = False  # made sure of at the start and after the store was away
         while not stop.is_set():
@@ -121,15 +122,10 @@ class StreamSource:
                         own_pending, pending_after = bool(entries), entries[-1][0] if entries else pending_after
             except StoreUnavailable as exc:
                 group_ready = False
-                if down_since is None:
-                    down_since = time.monotonic()
-                    log.warning("work stream %s: the store does not answer (%s); waiting for it", self.work.stream, exc)
+                watch.failed(exc, "waiting for it")
                 stop.wait(self._block)
                 continue
-            if down_since is not None:
-                log.warning("work stream %s: the store answers again after %.1f s", self.work.stream,
-                            time.monotonic() - down_since)
-                down_since = None
+            watch.answered()
             yield from items
 
     def _next_entries(self, store: "redis.Redis", pending_after: str | None) -> list:
