@@ -19,6 +19,7 @@ from ..errors import StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, mask
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
+from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import Keyspace, key_id
 from .leases import KeyLease
@@ -82,7 +83,7 @@ class LeasedKeyPool(BaseKeyPool):
         self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
-        self._keeper = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
+        self._keeper = LoopThread("lease-keeper", self._keep)  # started by the daemon, supervised
 
     def __repr__(self) -> str:
         return f"<LeasedKeyPool {self.member} holds {sorted(self.held())}>"
@@ -91,16 +92,20 @@ class LeasedKeyPool(BaseKeyPool):
         """Masked key name -> fence, for the keys whose lease this member holds now."""
         return {self._key_of[kid].name: lease.fence for kid, lease in self._leases.items() if lease.fence is not None}
 
+    def threads(self) -> list[ManagedThread]:
+        """The lease keeper: the daemon starts it after ``start()``, supervises it and names it in the summary
+        if it died; ``release()`` stops it."""
+        return [self._keeper]
+
     def start(self) -> None:
-        """Register the keys' masked names (for ``status``), then keep the leases. StoreUnavailable if the store
-        does not take it: nothing is started."""
+        """Register the keys' masked names (for ``status``); StoreUnavailable if the store does not take them."""
         with store_call():
             self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
-        self._keeper.start()
 
     def _keep(self) -> None:
         """The keeper loop: one round every third of a lease; a store that does not answer is logged once
-        (the leases then run out by this side's clock, and every send on them stops)."""
+        (the leases then run out by this side's clock, and every send on them stops). Safe to run again
+        after it raised: its state is the pool's."""
         while not self._stop.is_set():
             try:
                 self._round()
@@ -146,7 +151,9 @@ class LeasedKeyPool(BaseKeyPool):
         super().close()
 
     def release(self) -> None:
-        """Leave: stop the keeper, release every lease and the membership, so the others take over at once."""
+        """Leave: stop the keeper, release every lease and the membership, so the others take over at once.
+        If the store does not take it (or a bug gets in the way), the leases and the heartbeat run out by
+        themselves: the shutdown goes on."""
         self._stop.set()
         if self._keeper.is_alive():
             self._keeper.join()
@@ -157,4 +164,6 @@ class LeasedKeyPool(BaseKeyPool):
             self._membership.leave()
         except StoreUnavailable as exc:
             log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
+        except Exception:
+            log.exception("%s: could not release the leases; they run out by themselves", self.member)
         self._store.close()

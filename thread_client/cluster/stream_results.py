@@ -12,6 +12,7 @@ from typing import Callable
 from ..errors import KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
 from ..request import Request
+from ..threads import LoopThread, ManagedThread
 from .address import store_call
 from .scripts import Scripts
 from .store_watch import StoreWatch
@@ -52,8 +53,7 @@ class StreamResults:
         self._more = threading.Condition(self._lock)
         self._waiting: list[tuple[dict, str | None]] = []
         self._closed = False
-        self._writer = threading.Thread(target=self._write_loop, name="results-writer", daemon=True)
-        self._writer.start()
+        self._writer = LoopThread("results-writer", self._write_loop)  # started by the daemon, supervised
 
     def __repr__(self) -> str:
         return f"<StreamResults {self.work.results}>"
@@ -62,12 +62,17 @@ class StreamResults:
     def path(self) -> str:
         return f"{self.work.address}?stream={self.work.results}"
 
+    def threads(self) -> list[ManagedThread]:
+        """The writer thread: the daemon starts it, supervises it and names it in the summary if it died."""
+        return [self._writer]
+
     def record(self, request: Request, outcome: str, reason: str = "") -> None:
         with self._more:
             self._waiting.append((final_record(request, outcome, reason, self._max_body), request.receipt))
             self._more.notify()
 
     def _write_loop(self) -> None:
+        """The writer thread's loop; safe to run again after it raised (the batch in hand goes back first)."""
         while True:
             with self._more:
                 while not self._waiting and not self._closed:
@@ -81,15 +86,22 @@ class StreamResults:
                     self._watch.answered()
                 except StoreUnavailable as exc:
                     self._watch.failed(exc, f"{len(batch)} records wait in memory")
-                    with self._more:
-                        self._waiting[:0] = batch
+                    self._put_back(batch)
                     if closing:
                         return
                     time.sleep(self._flush_every)
                     continue
+                except BaseException:  # a bug (a script error): the supervisor logs it and runs the loop again
+                    self._put_back(batch)
+                    raise
             if closing:
                 return
             time.sleep(self._flush_every)  # let the next batch gather
+
+    def _put_back(self, batch: list[tuple[dict, str | None]]) -> None:
+        """Put ``batch`` back in front of what gathered since, to be written first."""
+        with self._more:
+            self._waiting[:0] = batch
 
     def _write(self, batch: list[tuple[dict, str | None]]) -> None:
         args = [self.work.group, self.consumer, "1" if self._journaled else "0"]
@@ -116,7 +128,8 @@ class StreamResults:
         with self._more:
             self._closed = True
             self._more.notify()
-        self._writer.join(timeout)
+        if self._writer.ident is not None:
+            self._writer.join(timeout)
         self._store.close()
 
 
