@@ -1,17 +1,21 @@
 """The shared store's building blocks against a real Valkey: leases with fencing and self-fencing, nonce blocks
-above every earlier owner's, membership heartbeats; and all of it still right after Valkey restarts."""
+above every earlier owner's, membership heartbeats; all of it still right after Valkey restarts, and going on
+while Valkey is out of memory, when the data scripts are refused whole."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from conftest import KEYS, FakeClock, wait_for
+from thread_client.cluster.address import store_call
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
 from thread_client.cluster.nonce_blocks import NonceBlocks
 from thread_client.cluster.scripts import Scripts
-from thread_client.errors import KeyNotHeld
+from thread_client.errors import KeyNotHeld, StoreUnavailable
 
 NAMES = Keyspace("test").key(KEYS[0])
 QUIET = 2.0  # a window plus the unanswered hold
@@ -97,3 +101,33 @@ def test_leases_and_nonces_survive_a_valkey_restart(valkey):
     assert blocks.reserve(1)[0] > before[1]
     holder.release()
     assert lease(store, "b").acquire().fence == 2
+
+
+def test_out_of_memory_the_leases_nonces_and_heartbeats_go_on_and_a_data_script_is_refused_whole(valkey):
+    store = valkey.client()
+    scripts = Scripts(store)
+    holder = lease(store, "a")
+    holder.acquire()
+    blocks = NonceBlocks(scripts, NAMES, holder, size=100)
+    store.xgroup_create("work", "g", id="0", mkstream=True)
+    entry = store.xadd("work", {"request": json.dumps({"id": "r-1", "params": {}})})
+    store.xreadgroup("g", "c", {"work": ">"})
+    valkey.limit_memory(valkey.used_memory() // 2)
+    with pytest.raises(StoreUnavailable, match="the store refuses writes: out of memory") as refused, store_call():
+        store.hset("work:sent", entry, "key 1")  # a journal line
+    assert refused.value.refused
+    # Coordination (a fixed handful of small keys) goes on: nobody loses a key to the store's memory.
+    assert holder.renew() and holder.may_send()
+    assert blocks.reserve(1)[1] > 0
+    assert Membership(scripts, "test:members", "m", ttl=5.0).beat() == ["m"]
+    record = json.dumps({"id": "r-1", "outcome": "accepted"})
+    with pytest.raises(StoreUnavailable) as refused:
+        scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"], args=["g", "c", "0", entry,
+                                                                                             record, "0"])
+    assert refused.value.refused
+    # Refused before it ran: no record, and the entry is still pending (not acknowledged without its record).
+    assert store.xlen("work:results") == 0 and store.xpending("work", "g")["pending"] == 1
+    valkey.limit_memory(0)
+    assert scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"],
+                                 args=["g", "c", "0", entry, record, "0"]) == []
+    assert store.xlen("work:results") == 1 and store.xpending("work", "g")["pending"] == 0

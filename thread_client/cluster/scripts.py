@@ -3,6 +3,14 @@ registered once with one store client.
 
 Times compared across processes are the store's (``TIME``), never a host's clock: hosts differ. Every script
 touches only the keys it is given, and those of one call share a hash tag (one Redis Cluster slot).
+
+A store out of memory (``maxmemory`` under ``noeviction``) refuses writes. Each script says with its first line
+(``#!lua``, Valkey >= 7.2 and Redis >= 7.0) how it meets that, so that a refusal never leaves half a script done:
+
+* the coordination scripts (leases, heartbeats, nonce blocks) are ``allow-oom``: they only rewrite a fixed set of
+  small keys (a few per API key, one entry per member), never grow with the work, and must go on: without
+  them every member would lose its keys, and nobody could take them;
+* the data scripts (results, submit) are refused whole before they run: the caller keeps its data and waits.
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Scripts"]
 
+# First lines: a coordination script runs even when the store is out of memory; a data script is then refused whole.
+_COORDINATION = "#!lua flags=allow-oom\n"
+_DATA = "#!lua\n"
+
 # The store's time in ms, as the local ``now``: the start of the lease scripts.
 _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
 
@@ -25,7 +37,7 @@ _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math
 # ARGV[1] - the new holder's token
 # ARGV[2] - the lease's time to live, ms
 # return nil if somebody holds the lease; else {fence, when the last lease ended (ms, at most now), now (ms)}
-_ACQUIRE_LEASE = _NOW_MS + """
+_ACQUIRE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
 if ended > now then ended = now end
@@ -40,7 +52,7 @@ return {fence, string.format('%.0f', ended), string.format('%.0f', now)}
 # ARGV[1] - the holder's token
 # ARGV[2] - the lease's time to live, ms
 # return 1 if the lease was the token's and now lasts ARGV[2] ms more, else 0 (nothing changed)
-_RENEW_LEASE = _NOW_MS + """
+_RENEW_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
@@ -51,7 +63,7 @@ return 1
 # KEYS[2] - when the key's lease ends or ended (store ms): set to now, the next owner's quiet period starts
 # ARGV[1] - the holder's token
 # return 1 if the lease was the token's and is released, else 0 (nothing changed)
-_RELEASE_LEASE = _NOW_MS + """
+_RELEASE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], string.format('%.0f', now))
@@ -63,7 +75,7 @@ return 1
 # ARGV[2] - 1: beat (stay ARGV[3] ms more); 0: leave now
 # ARGV[3] - the heartbeat's time to live, ms
 # return the live members (this one included if it beat), sorted; every member whose heartbeat ran out is dropped
-_HEARTBEAT = _NOW_MS + """
+_HEARTBEAT = _COORDINATION + _NOW_MS + """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 if ARGV[2] == '1' then
   redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
@@ -80,7 +92,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 # ARGV[3] - how many nonces the block holds
 # return nil if the lease is not the token's; else {first, last} of a block above the mark, the store's TIME in
 # microseconds and ARGV[2], the mark raised to its last (Lua's doubles are exact below 2^53: epoch µs ~1.8e15)
-_RESERVE_NONCES = """
+_RESERVE_NONCES = _COORDINATION + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -101,7 +113,7 @@ return {string.format('%.0f', start), string.format('%.0f', mark)}
 #                             and so on, three per record
 # A record is added, and its entry acknowledged (and its journal line dropped), only while the entry is still
 # pending with this consumer. return the entry ids that are not (another member took them over)
-_WRITE_RESULTS = """
+_WRITE_RESULTS = _DATA + """
 local taken_over = {}
 for i = 4, #ARGV, 3 do
   local entry, record = ARGV[i], ARGV[i + 1]
@@ -133,7 +145,7 @@ return taken_over
 # ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their id keys; each entry's one field is
 #                          'request' (work_stream.ENTRY_FIELD)
 # return how many requests were added: one whose id key exists already is a duplicate, not added
-_SUBMIT = """
+_SUBMIT = _DATA + """
 local added = 0
 for i = 2, #KEYS do
   if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then

@@ -65,15 +65,19 @@ class StreamSource:
     moves on through the pending list instead of rereading its head. A stream has
     no end: the source waits for new entries until ``stop``. A store that stops
     answering is waited for, with a warning, and reading resumes when it is back.
+    While ``writes`` is away (the store does not take this daemon's records or journal
+    lines: down, or out of memory) no new entry is taken in; the entries held are still
+    kept from looking abandoned.
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, held: HeldEntries, *, lease_ttl: float, exactly_once: bool = False,
-        batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
+        self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, lease_ttl: float,
+        exactly_once: bool = False, batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.work = work
         self.consumer = consumer
         self.held = held
+        self._writes = writes
         self._exactly_once = exactly_once
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
@@ -108,6 +112,9 @@ class StreamSource:
                 if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
                     self._touch_held(store)
                     next_touch = self._clock() + self._reclaim_every
+                if self._writes.away:  # what is held cannot be written off: take in no more meanwhile
+                    stop.wait(self._block)
+                    continue
                 claimed: list = []
                 if not own_pending and self._clock() >= next_reclaim:
                     cursor, claimed = self._reclaim(store, cursor)
