@@ -84,6 +84,7 @@ def test_a_missing_option_names_the_flag_and_the_fix():
     (redis.BusyLoadingError("loading"), False, "the store does not answer"),
     (redis.exceptions.OutOfMemoryError("command not allowed"), True, "the store refuses writes: out of memory"),
     (redis.exceptions.ReadOnlyError("read only replica"), True, "the store refuses writes: it is a read-only replica"),
+    (redis.ResponseError("MISCONF Errors writing to the AOF"), True, "the store refuses writes: it cannot persist"),
 ])
 def test_the_store_s_errors_leave_the_edge_as_store_unavailable_with_their_cause(error, refused, said):
     with pytest.raises(StoreUnavailable, match=re.escape(said)) as caught, store_call():

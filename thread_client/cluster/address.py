@@ -29,7 +29,8 @@ def store_call() -> Iterator[None]:
     as StoreUnavailable (chained), so every caller above catches the project's own error only.
 
     Not answering (a connection or timeout error, a store still loading its data) may pass by itself;
-    refusing writes (out of memory under ``noeviction``, a replica that became read-only) is ``refused``.
+    refusing writes (out of memory under ``noeviction``, a replica that became read-only, a snapshot or
+    append-only file it cannot write: ``MISCONF``) is ``refused``.
     Anything else (a wrong type, a script error) is a bug, and passes through as it is.
     """
     import redis
@@ -41,6 +42,10 @@ def store_call() -> Iterator[None]:
         raise StoreUnavailable(f"the store refuses writes: out of memory ({exc})", refused=True) from exc
     except redis.ReadOnlyError as exc:
         raise StoreUnavailable(f"the store refuses writes: it is a read-only replica ({exc})", refused=True) from exc
+    except redis.ResponseError as exc:
+        if not str(exc).startswith("MISCONF"):
+            raise
+        raise StoreUnavailable(f"the store refuses writes: it cannot persist them ({exc})", refused=True) from exc
 
 
 def is_store_url(text: str | None) -> bool:
