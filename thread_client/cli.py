@@ -18,7 +18,9 @@ from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
 from .cluster.leased_keys import LeasedKeyPool
-from .cluster.streams import HeldEntries, StreamJournal, StreamResults, StreamSource
+from .cluster.stream_results import StreamJournal, StreamResults
+from .cluster.stream_source import HeldEntries, StreamSource
+from .cluster.store_watch import StoreWatch
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
@@ -243,11 +245,13 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     if work is not None:
         # A work stream remembers what is pending itself: the results stream acknowledges each entry.
         held = HeldEntries()
-        source: RequestSource = StreamSource(work, config.member, held, lease_ttl=config.lease_ttl,
+        # One watch over what this member writes (records, journal lines): while they wait, no new work is taken.
+        writes = StoreWatch(f"results of work stream {work.stream}")
+        source: RequestSource = StreamSource(work, config.member, held, writes, lease_ttl=config.lease_ttl,
                                              exactly_once=delivery.settles_ambiguous)
-        results = StreamResults(work, config.member, held, journaled=delivery.settles_ambiguous,
+        results = StreamResults(work, config.member, held, writes, journaled=delivery.settles_ambiguous,
                                 max_body_bytes=config.max_body_bytes)
-        journal = StreamJournal(work) if delivery.settles_ambiguous else None
+        journal = StreamJournal(work, writes) if delivery.settles_ambiguous else None
     else:
         if config.source == "generate":
             source = SyntheticSource(config.load)

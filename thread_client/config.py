@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from . import defaults
 from .cluster.address import StoreAddress, is_store_url
-from .cluster.streams import WorkStream
+from .cluster.work_stream import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS

@@ -22,7 +22,7 @@ from .io.graveyard import Graveyard
 from .io.resume import EarlierSend
 from .io.transport import endpoint_of
 from .limits.keys import ApiKey
-from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport
+from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
 from .request import FinalOutcome, Request
 from .observe.metrics import Metrics
 from .observe.prometheus import MetricsServer
@@ -118,6 +118,8 @@ class Daemon:
             MetricsReporter(self.metrics, self.queues, self.outage, config.metrics_interval, self._stop_reports),
             QueueMonitor(self.queues, self._stop_reports),
         ]
+        # The parts' own threads (a lease keeper, a results writer): supervised, started and joined like the rest.
+        self.part_threads = owned_threads(source, keys, results, journal)
         for thread in self.threads:
             thread.supervise(max_restarts, self._on_thread_failed)
         self.metrics_server: MetricsServer | None = None
@@ -155,7 +157,7 @@ class Daemon:
 
     @property
     def threads(self) -> list[ManagedThread]:
-        return [self.producer, self.requeuer, *self.workers, *self.reporters]
+        return [self.producer, self.requeuer, *self.workers, *self.reporters, *self.part_threads]
 
     def start(self) -> None:
         """Start every thread. The keys are held back one window first: a previous run of the
@@ -168,6 +170,8 @@ class Daemon:
                                           "the server's block (the server never forgets them)")
         self.keys.hold_all(self.config.window)
         self.keys.start()
+        for thread in self.part_threads:
+            thread.start()
         self._started_at = self._clock()
         if self.config.metrics_port is not None:
             try:
@@ -289,6 +293,7 @@ class Daemon:
                 if output is not None:
                     output.close()
             self.keys.release()
+            self._join(self.part_threads, timeout)  # told to end by close() and release() above
             self._report_unwritten()
             self.stop_latch.close()
             started = self._started_at if self._started_at is not None else self._clock()

@@ -79,7 +79,12 @@ class ResetAfterSend(NoAnswer):
 
 class StoreUnavailable(ThreadClientError):
     """Raised when the shared store cannot be reached, or refuses a write (down, out of memory): the
-    caller waits for it, never drops what it was writing."""
+    caller waits for it, never drops what it was writing. ``refused``: the store answered and refused
+    (out of memory, a read-only replica), which it does not get over by itself: its operator must act."""
+
+    def __init__(self, cause: str, *, refused: bool = False) -> None:
+        super().__init__(cause)
+        self.refused = refused
 
 
 class KeyInUse(ThreadClientError):

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from .request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
 
 if TYPE_CHECKING:
     from .limits.keys import ApiKey
+    from .threads import ManagedThread
 
-__all__ = ["Answer", "Journal", "KeyPool", "RequestSource", "ResultSink", "Transport"]
+__all__ = ["Answer", "Journal", "KeyPool", "OwnsThreads", "RequestSource", "ResultSink", "Transport", "owned_threads"]
 
 
 class RequestSource(Protocol):
@@ -102,7 +103,8 @@ class KeyPool(Protocol):
     def all_retired(self) -> bool: ...
 
     def start(self) -> None:
-        """Begin whatever keeps the keys usable (a lease keeper); before the workers start."""
+        """Begin whatever keeps the keys usable (register leased keys); before the pool's threads (``OwnsThreads``)
+        and the workers start."""
         ...
 
     def hold_all(self, seconds: float) -> None:
@@ -116,3 +118,19 @@ class KeyPool(Protocol):
     def release(self) -> None:
         """Let the keys go (host locks, leases); after the workers are joined. Idempotent."""
         ...
+
+
+@runtime_checkable
+class OwnsThreads(Protocol):
+    """Optional for any part (a key pool with its lease keeper, a results sink with its writer): the threads it
+    owns, made in its constructor and never started there. The daemon supervises them as its own (a death
+    is logged and restarted, past ``max_restarts`` the daemon stops with exit code 1), starts them right after
+    ``KeyPool.start()`` and before any worker, joins them at the end of its shutdown (the part's own
+    ``close()``/``release()`` tells them to end) and names any that died or would not stop in the summary."""
+
+    def threads(self) -> Sequence["ManagedThread"]: ...
+
+
+def owned_threads(*parts: object) -> list["ManagedThread"]:
+    """The threads of every part in ``parts`` that owns some (``OwnsThreads``; None and the others have none)."""
+    return [thread for part in parts if isinstance(part, OwnsThreads) for thread in part.threads()]

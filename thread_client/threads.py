@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import Callable
 
-__all__ = ["ManagedThread", "PeriodicThread"]
+__all__ = ["LoopThread", "ManagedThread", "PeriodicThread"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,19 @@ class ManagedThread(threading.Thread):
 
     def work(self) -> None:
         raise NotImplementedError
+
+
+class LoopThread(ManagedThread):
+    """A part's own loop (the lease keeper, the results writer) as a managed thread: the part keeps the loop's
+    state, so ``loop`` must be safe to call again after it raised, and the daemon supervises, starts and
+    joins the thread with its own (``parts.owned_threads``)."""
+
+    def __init__(self, name: str, loop: Callable[[], None]) -> None:
+        super().__init__(name)
+        self._loop = loop
+
+    def work(self) -> None:
+        self._loop()
 
 
 class PeriodicThread(ManagedThread):

@@ -1,16 +1,21 @@
 """The shared store's building blocks against a real Valkey: leases with fencing and self-fencing, nonce blocks
-above every earlier owner's, membership heartbeats; and all of it still right after Valkey restarts."""
+above every earlier owner's, membership heartbeats; all of it still right after Valkey restarts, and going on
+while Valkey is out of memory, when the data scripts are refused whole."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from conftest import KEYS, FakeClock, wait_for
+from thread_client.cluster.address import store_call
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
 from thread_client.cluster.nonce_blocks import NonceBlocks
-from thread_client.errors import KeyNotHeld
+from thread_client.cluster.scripts import Scripts
+from thread_client.errors import KeyNotHeld, StoreUnavailable
 
 NAMES = Keyspace("test").key(KEYS[0])
 QUIET = 2.0  # a window plus the unanswered hold
@@ -18,7 +23,7 @@ QUIET = 2.0  # a window plus the unanswered hold
 
 def lease(store, member: str, ttl: float = 5.0, margin: float = 0.5, clock=None) -> KeyLease:
     extra = {"clock": clock} if clock is not None else {}
-    return KeyLease(store, NAMES, member, ttl=ttl, quiet=QUIET, margin=margin, **extra)
+    return KeyLease(Scripts(store), NAMES, member, ttl=ttl, quiet=QUIET, margin=margin, **extra)
 
 
 def test_one_holder_at_a_time_and_a_new_fence_for_each(valkey):
@@ -60,7 +65,7 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
     store = valkey.client()
     old, new = lease(store, "a"), lease(store, "b")
     old.acquire()
-    old_blocks = NonceBlocks(store, NAMES, old, size=100)
+    old_blocks = NonceBlocks(Scripts(store), NAMES, old, size=100)
     seconds, micros = store.time()
     first, last = old_blocks.reserve(1)
     assert first >= seconds * 1_000_000 + micros and last == first + 99
@@ -70,14 +75,14 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
     new.acquire()
     with pytest.raises(KeyNotHeld):
         old_blocks.reserve(1)  # a stale owner gets no more nonces
-    taken_over = NonceBlocks(store, NAMES, new, size=100).reserve(1)
+    taken_over = NonceBlocks(Scripts(store), NAMES, new, size=100).reserve(1)
     assert taken_over[0] > ahead[1]
 
 
 def test_members_see_each_other_and_a_silent_one_drops_out(valkey):
     store = valkey.client()
-    steady = Membership(store, "test:members", "steady", ttl=5.0)
-    brief = Membership(store, "test:members", "brief", ttl=0.2)
+    steady = Membership(Scripts(store), "test:members", "steady", ttl=5.0)
+    brief = Membership(Scripts(store), "test:members", "brief", ttl=0.2)
     brief.beat()
     assert steady.beat() == ["brief", "steady"]
     wait_for(lambda: steady.beat() == ["steady"], timeout=5)
@@ -89,10 +94,40 @@ def test_leases_and_nonces_survive_a_valkey_restart(valkey):
     store = valkey.client()
     holder = lease(store, "a")
     holder.acquire()
-    blocks = NonceBlocks(store, NAMES, holder, size=100)
+    blocks = NonceBlocks(Scripts(store), NAMES, holder, size=100)
     before = blocks.reserve(1)
     valkey.restart()  # a clean stop writes the append-only file; the script cache is empty afterwards
     assert holder.renew()
     assert blocks.reserve(1)[0] > before[1]
     holder.release()
     assert lease(store, "b").acquire().fence == 2
+
+
+def test_out_of_memory_the_leases_nonces_and_heartbeats_go_on_and_a_data_script_is_refused_whole(valkey):
+    store = valkey.client()
+    scripts = Scripts(store)
+    holder = lease(store, "a")
+    holder.acquire()
+    blocks = NonceBlocks(scripts, NAMES, holder, size=100)
+    store.xgroup_create("work", "g", id="0", mkstream=True)
+    entry = store.xadd("work", {"request": json.dumps({"id": "r-1", "params": {}})})
+    store.xreadgroup("g", "c", {"work": ">"})
+    valkey.limit_memory(valkey.used_memory() // 2)
+    with pytest.raises(StoreUnavailable, match="the store refuses writes: out of memory") as refused, store_call():
+        store.hset("work:sent", entry, "key 1")  # a journal line
+    assert refused.value.refused
+    # Coordination (a fixed handful of small keys) goes on: nobody loses a key to the store's memory.
+    assert holder.renew() and holder.may_send()
+    assert blocks.reserve(1)[1] > 0
+    assert Membership(scripts, "test:members", "m", ttl=5.0).beat() == ["m"]
+    record = json.dumps({"id": "r-1", "outcome": "accepted"})
+    with pytest.raises(StoreUnavailable) as refused:
+        scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"], args=["g", "c", "0", entry,
+                                                                                             record, "0"])
+    assert refused.value.refused
+    # Refused before it ran: no record, and the entry is still pending (not acknowledged without its record).
+    assert store.xlen("work:results") == 0 and store.xpending("work", "g")["pending"] == 1
+    valkey.limit_memory(0)
+    assert scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"],
+                                 args=["g", "c", "0", entry, record, "0"]) == []
+    assert store.xlen("work:results") == 1 and store.xpending("work", "g")["pending"] == 0

@@ -1,30 +1,51 @@
-"""Where the shared store is: ``redis://HOST:PORT/DB?stream=NAME&group=NAME``, and a client for it.
+"""Where the shared store is: ``redis://HOST:PORT/DB?stream=NAME&group=NAME``, a client for it, and the edge
+where its errors become the project's own.
 
-The ``redis`` package is imported here only, and only when a ``redis://`` address
-is used: the one-machine daemon runs without it.
+The ``redis`` package is imported only when a ``redis://`` address is used: the
+one-machine daemon runs without it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["StoreAddress", "is_store_url", "store_errors"]
+__all__ = ["StoreAddress", "is_store_url", "store_call"]
 
 _TLS_SCHEMES = ("rediss", "valkeys")
 _SCHEMES = ("redis", "valkey", *_TLS_SCHEMES)
 
 
-def store_errors() -> tuple[type[Exception], ...]:
-    """The errors that mean "the store cannot be reached right now" (redis is imported only when asked)."""
+@contextmanager
+def store_call() -> Iterator[None]:
+    """Around every call to the store: the redis errors that mean "the store cannot take this now" leave
+    as StoreUnavailable (chained), so every caller above catches the project's own error only.
+
+    Not answering (a connection or timeout error, a store still loading its data) may pass by itself;
+    refusing writes (out of memory under ``noeviction``, a replica that became read-only, a snapshot or
+    append-only file it cannot write: ``MISCONF``) is ``refused``.
+    Anything else (a wrong type, a script error) is a bug, and passes through as it is.
+    """
     import redis
-    return (redis.ConnectionError, redis.TimeoutError)
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise StoreUnavailable(f"the store does not answer ({exc})") from exc
+    except redis.OutOfMemoryError as exc:
+        raise StoreUnavailable(f"the store refuses writes: out of memory ({exc})", refused=True) from exc
+    except redis.ReadOnlyError as exc:
+        raise StoreUnavailable(f"the store refuses writes: it is a read-only replica ({exc})", refused=True) from exc
+    except redis.ResponseError as exc:
+        if not str(exc).startswith("MISCONF"):
+            raise
+        raise StoreUnavailable(f"the store refuses writes: it cannot persist them ({exc})", refused=True) from exc
 
 
 def is_store_url(text: str | None) -> bool:

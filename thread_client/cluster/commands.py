@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING
 
-from ..errors import ConfigError
-from .address import StoreAddress
+from ..errors import ConfigError, StoreUnavailable
+from .address import StoreAddress, store_call
 from .keyspace import Keyspace
 from .leases import lease_holders
-from .streams import WorkStream, submit_lines
+from .work_stream import WorkStream, submit_lines
 
 if TYPE_CHECKING:
     import redis
@@ -22,7 +22,8 @@ _STORE_HELP = "the work stream: redis://HOST:PORT/DB?stream=NAME[&group=NAME]"
 
 def submit_main(argv: list[str], prog: str) -> int:
     """Validate a JSON-lines file (or standard input) and append its requests to the work stream.
-    Exit 0 if every line went in or was a duplicate, 1 if some lines were refused, 2 on a bad setting."""
+    Exit 0 if every line went in or was a duplicate, 1 if some lines were refused or the store did not
+    take them all (run it again: what went in is skipped as duplicates), 2 on a bad setting."""
     parser = argparse.ArgumentParser(prog=f"{prog} submit", description=submit_main.__doc__.splitlines()[0])
     parser.add_argument("--to", required=True, metavar="URL", help=_STORE_HELP)
     parser.add_argument("--remember-ids-days", type=float, default=7.0,
@@ -33,6 +34,9 @@ def submit_main(argv: list[str], prog: str) -> int:
     lines: IO[bytes] = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")  # noqa: SIM115
     try:
         added, duplicates, refused = submit_lines(store, work, lines, remember_ids=args.remember_ids_days * 86_400)
+    except StoreUnavailable as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}; run it again once the store takes writes (what went in is "
+                       "skipped as duplicates)\n")
     finally:
         if lines is not sys.stdin.buffer:
             lines.close()
@@ -49,8 +53,11 @@ def status_main(argv: list[str], prog: str) -> int:
     parser.add_argument("--redis", required=True, metavar="URL", help=_STORE_HELP)
     args = parser.parse_args(argv)
     work, store = _open(parser, args.redis, "--redis")
-    with store:
-        print("\n".join(status_lines(store, work, Keyspace())))
+    try:
+        with store, store_call():
+            print("\n".join(status_lines(store, work, Keyspace())))
+    except StoreUnavailable as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
     return 0
 
 

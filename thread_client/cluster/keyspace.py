@@ -7,15 +7,11 @@ a hash of the secret: the store never sees a key itself.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-__all__ = ["KeyNames", "Keyspace", "key_id"]
+from ..limits.keys import key_id
 
-
-def key_id(secret: str) -> str:
-    """A stable, non-reversible id of an API key (the same on every host)."""
-    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+__all__ = ["KeyNames", "Keyspace"]
 
 
 @dataclass(frozen=True, slots=True)

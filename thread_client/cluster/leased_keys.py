@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..clock import Clock, monotonic
-from ..limits.keys import ApiKey, BaseKeyPool, mask
+from ..errors import StoreUnavailable
+from ..limits.keys import ApiKey, BaseKeyPool, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
-from .address import StoreAddress, store_errors
-from .keyspace import Keyspace, key_id
+from ..threads import LoopThread, ManagedThread
+from .address import StoreAddress, store_call
+from .keyspace import Keyspace
 from .leases import KeyLease
 from .members import Membership
 from .nonce_blocks import NonceBlocks
+from .scripts import Scripts
+from .store_watch import StoreWatch
 
 if TYPE_CHECKING:
     import redis
@@ -56,29 +59,31 @@ class LeasedKeyPool(BaseKeyPool):
         clock: Clock = monotonic,
     ) -> None:
         self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
+        scripts = Scripts(self._store)  # one registration for every lease, nonce block and heartbeat
         self._keyspace = keyspace
         self.member = member
         self._every = lease_ttl / 3
         self._leases: dict[str, KeyLease] = {}  # key id -> lease
         keys = []
-        for secret in secrets:
+        for secret, name in shown_names(secrets).items():
             names = keyspace.key(secret)
-            lease = KeyLease(self._store, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
+            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), clock=clock)
-            nonces = NonceGenerator(reserve=NonceBlocks(self._store, names, lease).reserve)
+            nonces = NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
-                rate, name=mask(secret), window=window, order_latency=order_latency,
+                rate, name=name, window=window, order_latency=order_latency,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
             )
-            key = ApiKey(secret, limiter, may_send=lease.may_send)
-            self._leases[key_id(secret)] = lease
+            key = ApiKey(secret, limiter, may_send=lease.may_send, name=name)
+            self._leases[key.id] = lease
             keys.append(key)
         super().__init__(keys)
-        self._key_of = {key_id(key.secret): key for key in keys}
-        self._membership = Membership(self._store, keyspace.members, member, ttl=lease_ttl)
+        self._key_of = {key.id: key for key in keys}
+        self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl)
+        self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
-        self._keeper = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
+        self._keeper = LoopThread("lease-keeper", self._keep)  # started by the daemon, supervised
 
     def __repr__(self) -> str:
         return f"<LeasedKeyPool {self.member} holds {sorted(self.held())}>"
@@ -87,24 +92,26 @@ class LeasedKeyPool(BaseKeyPool):
         """Masked key name -> fence, for the keys whose lease this member holds now."""
         return {self._key_of[kid].name: lease.fence for kid, lease in self._leases.items() if lease.fence is not None}
 
+    def threads(self) -> list[ManagedThread]:
+        """The lease keeper: the daemon starts it after ``start()``, supervises it and names it in the summary
+        if it died; ``release()`` stops it."""
+        return [self._keeper]
+
     def start(self) -> None:
-        self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
-        self._keeper.start()
+        """Register the keys' masked names (for ``status``); StoreUnavailable if the store does not take them."""
+        with store_call():
+            self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
 
     def _keep(self) -> None:
         """The keeper loop: one round every third of a lease; a store that does not answer is logged once
-        (the leases then run out by this side's clock, and every send on them stops)."""
-        away_since: float | None = None
+        (the leases then run out by this side's clock, and every send on them stops). Safe to run again
+        after it raised: its state is the pool's."""
         while not self._stop.is_set():
             try:
                 self._round()
-                if away_since is not None:
-                    log.warning("%s: the store answers again after %.1f s", self.member, time.monotonic() - away_since)
-                    away_since = None
-            except store_errors() as exc:
-                if away_since is None:
-                    away_since = time.monotonic()
-                    log.warning("%s: the store does not answer (%s): no send on a key past its lease", self.member, exc)
+                self._watch.answered()
+            except StoreUnavailable as exc:
+                self._watch.failed(exc, "no send on a key past its lease")
             self._stop.wait(self._every)
 
     def _round(self) -> None:
@@ -144,7 +151,9 @@ class LeasedKeyPool(BaseKeyPool):
         super().close()
 
     def release(self) -> None:
-        """Leave: stop the keeper, release every lease and the membership, so the others take over at once."""
+        """Leave: stop the keeper, release every lease and the membership, so the others take over at once.
+        If the store does not take it (or a bug gets in the way), the leases and the heartbeat run out by
+        themselves: the shutdown goes on."""
         self._stop.set()
         if self._keeper.is_alive():
             self._keeper.join()
@@ -153,6 +162,8 @@ class LeasedKeyPool(BaseKeyPool):
                 if lease.held:
                     lease.release()
             self._membership.leave()
-        except store_errors() as exc:
+        except StoreUnavailable as exc:
             log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
+        except Exception:
+            log.exception("%s: could not release the leases; they run out by themselves", self.member)
         self._store.close()

@@ -21,39 +21,12 @@ from typing import TYPE_CHECKING
 
 from ..clock import Clock, monotonic
 from .keyspace import KeyNames, Keyspace
+from .scripts import Scripts
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["KeyLease", "LeaseGrant", "lease_holders"]
-
-# Store time in ms, from TIME (never a host's clock: hosts differ).
-_NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-
-_ACQUIRE = _NOW_MS + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
-if ended > now then ended = now end
-local fence = redis.call('INCR', KEYS[3])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
-return {fence, string.format('%.0f', ended), string.format('%.0f', now)}
-"""
-
-_RENEW = _NOW_MS + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
-return 1
-"""
-
-_RELEASE = _NOW_MS + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[2], string.format('%.0f', now))
-return 1
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
@@ -73,7 +46,7 @@ class KeyLease:
 
     def __init__(
         self,
-        store: "redis.Redis",
+        scripts: Scripts,
         names: KeyNames,
         member: str,
         *,
@@ -91,9 +64,7 @@ class KeyLease:
         self._quiet = quiet
         self._margin = margin
         self._clock = clock
-        self._acquire = store.register_script(_ACQUIRE)
-        self._renew = store.register_script(_RENEW)
-        self._release = store.register_script(_RELEASE)
+        self._scripts = scripts
         # Written by the keeper, read by workers: a float swap is atomic, and a stale read can only be older.
         self._send_from = math.inf  # the end of the quiet period after an acquisition
         self._send_before = -math.inf
@@ -115,8 +86,8 @@ class KeyLease:
     def acquire(self) -> LeaseGrant | None:
         """Take the lease if nobody holds it; None if somebody does."""
         asked_at = self._clock()
-        reply = self._acquire(keys=[self._names.lease, self._names.lease_until, self._names.fence],
-                              args=[self.token, self._ttl_ms])
+        reply = self._scripts.acquire_lease(keys=[self._names.lease, self._names.lease_until, self._names.fence],
+                                            args=[self.token, self._ttl_ms])
         if reply is None:
             return None
         fence, ended_ms, now_ms = (int(value) for value in reply)
@@ -129,7 +100,9 @@ class KeyLease:
     def renew(self) -> bool:
         """Extend the lease; False (and no further send) if it is no longer ours."""
         asked_at = self._clock()
-        if self._renew(keys=[self._names.lease, self._names.lease_until], args=[self.token, self._ttl_ms]) == 1:
+        renewed = self._scripts.renew_lease(keys=[self._names.lease, self._names.lease_until],
+                                            args=[self.token, self._ttl_ms])
+        if renewed == 1:
             self._send_before = asked_at + self._ttl - self._margin
             return True
         self.lost()
@@ -144,7 +117,7 @@ class KeyLease:
     def release(self) -> None:
         """Give the lease up (after the key's last answer), so the next owner's quiet period starts now."""
         self.lost()
-        self._release(keys=[self._names.lease, self._names.lease_until], args=[self.token])
+        self._scripts.release_lease(keys=[self._names.lease, self._names.lease_until], args=[self.token])
 
 
 def lease_holders(store: "redis.Redis", keyspace: Keyspace) -> dict[str, tuple[str | None, int]]:

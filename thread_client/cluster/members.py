@@ -10,24 +10,11 @@ or leaving moves only the keys it wins or held, not the others.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
-if TYPE_CHECKING:
-    import redis
+from .scripts import Scripts
 
 __all__ = ["Membership", "rendezvous_owner"]
-
-_HEARTBEAT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
-if ARGV[2] == '1' then
-  redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
-else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-end
-return redis.call('ZRANGE', KEYS[1], 0, -1)
-"""
 
 
 def rendezvous_owner(key: str, members: Iterable[str]) -> str | None:
@@ -40,22 +27,22 @@ def rendezvous_owner(key: str, members: Iterable[str]) -> str | None:
 class Membership:
     """One member's heartbeat in the sorted set ``members_key`` (member -> expiry in store ms)."""
 
-    def __init__(self, store: "redis.Redis", members_key: str, member: str, *, ttl: float) -> None:
+    def __init__(self, scripts: Scripts, members_key: str, member: str, *, ttl: float) -> None:
         self.member = member
         self._key = members_key
         self._ttl_ms = max(1, round(ttl * 1000))
-        self._heartbeat = store.register_script(_HEARTBEAT)
+        self._scripts = scripts
 
     def __repr__(self) -> str:
         return f"<Membership {self.member}>"
 
     def beat(self) -> list[str]:
         """Renew this member's heartbeat; returns the live members (this one included), sorted."""
-        return list(self._heartbeat(keys=[self._key], args=[self.member, 1, self._ttl_ms]))
+        return list(self._scripts.heartbeat(keys=[self._key], args=[self.member, 1, self._ttl_ms]))
 
     def leave(self) -> list[str]:
         """Drop this member at once (a clean stop), so the others take its keys without waiting; the rest."""
-        return list(self._heartbeat(keys=[self._key], args=[self.member, 0, self._ttl_ms]))
+        return list(self._scripts.heartbeat(keys=[self._key], args=[self.member, 0, self._ttl_ms]))
 
     def keys_for(self, key_ids: Iterable[str], members: Iterable[str]) -> set[str]:
         """The keys this member should drive, of ``key_ids``, given the live ``members``."""

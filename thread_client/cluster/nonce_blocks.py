@@ -9,50 +9,35 @@ Microseconds since the epoch (~1.8e15) stay below 2^53, where Lua's doubles are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..errors import KeyNotHeld
+from ..errors import KeyNotHeld, StoreUnavailable
 from ..limits.nonces import BLOCK
-from .address import store_errors
 from .keyspace import KeyNames
 from .leases import KeyLease
-
-if TYPE_CHECKING:
-    import redis
+from .scripts import Scripts
 
 __all__ = ["NonceBlocks"]
-
-_RESERVE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local start = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now, tonumber(ARGV[2]))
-local mark = start + tonumber(ARGV[3]) - 1
-redis.call('SET', KEYS[2], string.format('%.0f', mark))
-return {string.format('%.0f', start), string.format('%.0f', mark)}
-"""
 
 
 class NonceBlocks:
     """Reserves blocks of ``size`` nonces for one key, while ``lease`` holds it. Nonces follow the clock in
     microseconds, so the size is time: the default, 10 s of it, is one round trip per key every 10 s."""
 
-    def __init__(self, store: "redis.Redis", names: KeyNames, lease: KeyLease, *, size: int = BLOCK) -> None:
+    def __init__(self, scripts: Scripts, names: KeyNames, lease: KeyLease, *, size: int = BLOCK) -> None:
         if size < 1:
             raise ValueError("a block holds at least one nonce")
         self._names = names
         self._lease = lease
         self._size = size
-        self._reserve = store.register_script(_RESERVE)
+        self._scripts = scripts
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block (first, last) with ``first >= wanted``; KeyNotHeld if the lease is not ours, or the
         store cannot say so right now."""
         try:
-            reply = self._reserve(keys=[self._names.lease, self._names.nonce_mark],
-                                  args=[self._lease.token, wanted, self._size])
-        except store_errors():
-            raise KeyNotHeld(self._names.lease) from None
+            reply = self._scripts.reserve_nonces(keys=[self._names.lease, self._names.nonce_mark],
+                                                 args=[self._lease.token, wanted, self._size])
+        except StoreUnavailable as exc:
+            raise KeyNotHeld(self._names.lease) from exc
         if reply is None:
             raise KeyNotHeld(self._names.lease)
         first, last = (int(value) for value in reply)

@@ -25,11 +25,17 @@ class ValkeyProcess:
     second before a power loss; ``always`` would fsync every lease renewal and nonce block on the hot
     path). The data folder and the port are kept across ``restart()``, so the data survives it and
     the daemons find the server again.
+
+    ``maxmemory``: past this many bytes of data the server refuses writes (``noeviction``: it never drops a
+    key to make room); 0, the default, sets no limit. ``limit_memory`` changes it while the server runs.
     """
 
-    def __init__(self, *, data_dir: str | Path | None = None, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self, *, data_dir: str | Path | None = None, start_timeout: float = 10.0, maxmemory: int = 0
+    ) -> None:
         self._temporary = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="valkey-")
         self.data_dir = Path(data_dir if data_dir is not None else self._temporary.name)
+        self.maxmemory = maxmemory
         self.port = 0
         self._start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -59,6 +65,7 @@ class ValkeyProcess:
             str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--protected-mode", "yes",
             "--logfile", str(self.data_dir / "valkey.log"),
+            "--maxmemory", str(self.maxmemory), "--maxmemory-policy", "noeviction",
         ]
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self._start_timeout
@@ -73,6 +80,17 @@ class ValkeyProcess:
                     time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"valkey did not start on port {self.port}: see {self.data_dir / 'valkey.log'}")
+
+    def used_memory(self) -> int:
+        """Bytes the server uses now, as ``maxmemory`` counts them (``INFO memory``)."""
+        with self.client() as probe:
+            return int(probe.info("memory")["used_memory"])
+
+    def limit_memory(self, maxmemory: int) -> None:
+        """Refuse writes past ``maxmemory`` bytes from now on (below ``used_memory()``: at once); 0 lifts the limit."""
+        with self.client() as probe:
+            probe.config_set("maxmemory", maxmemory)
+        self.maxmemory = maxmemory
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
         """Send ``sig`` to the server's pid and wait for it to exit (killed if it does not)."""

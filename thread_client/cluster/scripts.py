@@ -1,0 +1,192 @@
+"""Every Lua script the daemons run in the store, each documented where it is defined, and ``Scripts``: all of them
+registered once with one store client.
+
+Times compared across processes are the store's (``TIME``), never a host's clock: hosts differ. Every script
+touches only the keys it is given, and those of one call share a hash tag (one Redis Cluster slot).
+
+A store out of memory (``maxmemory`` under ``noeviction``) refuses writes. Each script says with its first line
+(``#!lua``, Valkey >= 7.2 and Redis >= 7.0) how it meets that, so that a refusal never leaves half a script done:
+
+* the coordination scripts (leases, heartbeats, nonce blocks) are ``allow-oom``: they only rewrite a fixed set of
+  small keys (a few per API key, one entry per member), never grow with the work, and must go on: without
+  them every member would lose its keys, and nobody could take them;
+* the data scripts (results, submit) are refused whole before they run: the caller keeps its data and waits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .address import store_call
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["Scripts"]
+
+# First lines: a coordination script runs even when the store is out of memory; a data script is then refused whole.
+_COORDINATION = "#!lua flags=allow-oom\n"
+_DATA = "#!lua\n"
+
+# The store's time in ms, as the local ``now``: the start of the lease scripts.
+_NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+
+# KEYS[1] - the key's lease: its holder's token, expiring with the lease
+# KEYS[2] - when the key's current or last lease ends or ended (store ms): the next owner's quiet period
+# KEYS[3] - the key's fencing counter, bumped on every acquisition
+# ARGV[1] - the new holder's token
+# ARGV[2] - the lease's time to live, ms
+# return nil if somebody holds the lease; else {fence, when the last lease ended (ms, at most now), now (ms)}
+_ACQUIRE_LEASE = _COORDINATION + _NOW_MS + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ended > now then ended = now end
+local fence = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
+return {fence, string.format('%.0f', ended), string.format('%.0f', now)}
+"""
+
+# KEYS[1] - the key's lease
+# KEYS[2] - when the key's lease ends (store ms)
+# ARGV[1] - the holder's token
+# ARGV[2] - the lease's time to live, ms
+# return 1 if the lease was the token's and now lasts ARGV[2] ms more, else 0 (nothing changed)
+_RENEW_LEASE = _COORDINATION + _NOW_MS + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
+return 1
+"""
+
+# KEYS[1] - the key's lease
+# KEYS[2] - when the key's lease ends or ended (store ms): set to now, the next owner's quiet period starts
+# ARGV[1] - the holder's token
+# return 1 if the lease was the token's and is released, else 0 (nothing changed)
+_RELEASE_LEASE = _COORDINATION + _NOW_MS + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[2], string.format('%.0f', now))
+return 1
+"""
+
+# KEYS[1] - the members: a sorted set, member -> when its heartbeat runs out (store ms)
+# ARGV[1] - this member
+# ARGV[2] - 1: beat (stay ARGV[3] ms more); 0: leave now
+# ARGV[3] - the heartbeat's time to live, ms
+# return the live members (this one included if it beat), sorted; every member whose heartbeat ran out is dropped
+_HEARTBEAT = _COORDINATION + _NOW_MS + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
+if ARGV[2] == '1' then
+  redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+
+# KEYS[1] - the key's lease
+# KEYS[2] - the highest nonce any owner of the key may have used
+# ARGV[1] - the holder's token
+# ARGV[2] - the lowest nonce wanted
+# ARGV[3] - how many nonces the block holds
+# return nil if the lease is not the token's; else {first, last} of a block above the mark, the store's TIME in
+# microseconds and ARGV[2], the mark raised to its last (Lua's doubles are exact below 2^53: epoch µs ~1.8e15)
+_RESERVE_NONCES = _COORDINATION + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local start = math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now, tonumber(ARGV[2]))
+local mark = start + tonumber(ARGV[3]) - 1
+redis.call('SET', KEYS[2], string.format('%.0f', mark))
+return {string.format('%.0f', start), string.format('%.0f', mark)}
+"""
+
+# KEYS[1] - the work stream
+# KEYS[2] - the results stream
+# KEYS[3] - the dead-letter stream
+# KEYS[4] - the send journal (exactly-once): a hash, entry id -> "key nonce" of its send
+# ARGV[1] - the consumer group
+# ARGV[2] - this consumer
+# ARGV[3] - 1 if sends are journaled (exactly-once), else 0
+# ARGV[4], ARGV[5], ARGV[6] - a record's entry id ('' for none), the record (JSON), 1 if it is a dead letter too;
+#                             and so on, three per record
+# A record is added, and its entry acknowledged (and its journal line dropped), only while the entry is still
+# pending with this consumer. return the entry ids that are not (another member took them over)
+_WRITE_RESULTS = _DATA + """
+local taken_over = {}
+for i = 4, #ARGV, 3 do
+  local entry, record = ARGV[i], ARGV[i + 1]
+  local mine = entry == ''
+  if not mine then
+    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+    mine = pending[1] ~= nil and pending[1][2] == ARGV[2]
+  end
+  if mine then
+    local decoded = cjson.decode(record)
+    redis.call('XADD', KEYS[2], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
+    if ARGV[i + 2] == '1' then
+      redis.call('XADD', KEYS[3], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
+    end
+    if entry ~= '' then
+      redis.call('XACK', KEYS[1], ARGV[1], entry)
+      if ARGV[3] == '1' then redis.call('HDEL', KEYS[4], entry) end
+    end
+  else
+    taken_over[#taken_over + 1] = entry
+  end
+end
+return taken_over
+"""
+
+# KEYS[1] - the work stream
+# KEYS[2], KEYS[3], ... - one id key per request (set while its id is remembered)
+# ARGV[1] - seconds an id is remembered
+# ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their id keys; each entry's one field is
+#                          'request' (work_stream.ENTRY_FIELD)
+# return how many requests were added: one whose id key exists already is a duplicate, not added
+_SUBMIT = _DATA + """
+local added = 0
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+    redis.call('XADD', KEYS[1], '*', 'request', ARGV[i])
+    added = added + 1
+  end
+end
+return added
+"""
+
+
+class Scripts:
+    """Every script above, registered with one store client: made once per client (a daemon's key pool,
+    its results writer, ``submit``) and handed to what calls them (each lease, the membership, each
+    key's nonce blocks), never registered again per object. A call raises StoreUnavailable when the
+    store does not answer or refuses it (``store_call``).
+
+    Registering only hashes the text; the store loads a script on its first call, and again after a
+    restart emptied its script cache (redis-py falls back from ``EVALSHA`` to loading it).
+    """
+
+    def __init__(self, store: "redis.Redis") -> None:
+        self.acquire_lease = _Registered(store, _ACQUIRE_LEASE)
+        self.renew_lease = _Registered(store, _RENEW_LEASE)
+        self.release_lease = _Registered(store, _RELEASE_LEASE)
+        self.heartbeat = _Registered(store, _HEARTBEAT)
+        self.reserve_nonces = _Registered(store, _RESERVE_NONCES)
+        self.write_results = _Registered(store, _WRITE_RESULTS)
+        self.submit = _Registered(store, _SUBMIT)
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<Scripts of {self._store!r}>"
+
+
+class _Registered:
+    """One script registered with one client; each call goes through ``store_call``."""
+
+    def __init__(self, store: "redis.Redis", text: str) -> None:
+        self._script = store.register_script(text)
+
+    def __call__(self, *, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with store_call():
+            return self._script(keys=keys, args=args)

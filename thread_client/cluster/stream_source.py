@@ -1,0 +1,194 @@
+"""Requests from a work stream through its consumer group, and the entries a daemon holds meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from ..errors import StoreUnavailable
+from ..request import InvalidInput, UnknownFate, Work, parse_line
+from .address import store_call
+from .store_watch import StoreWatch
+from .work_stream import ENTRY_FIELD, WorkStream
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["HeldEntries", "StreamSource"]
+
+log = logging.getLogger(__name__)
+
+
+class HeldEntries:
+    """The work entries this daemon has taken in and not yet acknowledged, shared by the source (which
+    adds them, and skips one it holds already) and the results sink (which drops them once acknowledged).
+
+    ``XAUTOCLAIM`` cannot leave out the caller's own entries: without this set, an entry that waited
+    in this daemon's queue past the reclaim time would be taken in a second time. At most a queue's
+    worth plus the requests in flight and waiting out a backoff.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+
+    def take(self, entry_id: str) -> bool:
+        """Hold ``entry_id``; False if it is held already."""
+        with self._lock:
+            if entry_id in self._ids:
+                return False
+            self._ids.add(entry_id)
+            return True
+
+    def done(self, entry_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._ids.difference_update(entry_ids)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._ids)
+
+
+class StreamSource:
+    """Requests from a work stream through its consumer group, as ``consumer``.
+
+    Entries are read in small batches (``batch``) only when the producer comes
+    back for more, that is when the main queue had room: a daemon holds at most
+    its queue's worth of work it cannot send yet. First it takes back what this
+    consumer had pending (a restart under the same name): those may have been
+    sent already, so they count as resumed. Entries another consumer left pending
+    for the reclaim time (it died, or lost its keys) are claimed with
+    ``XAUTOCLAIM``, resumed too; its cursor is kept between calls, so the scan
+    moves on through the pending list instead of rereading its head. A stream has
+    no end: the source waits for new entries until ``stop``. A store that stops
+    answering is waited for, with a warning, and reading resumes when it is back.
+    While ``writes`` is away (the store does not take this daemon's records or journal
+    lines: down, or out of memory) no new entry is taken in; the entries held are still
+    kept from looking abandoned.
+    """
+
+    def __init__(
+        self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, lease_ttl: float,
+        exactly_once: bool = False, batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.work = work
+        self.consumer = consumer
+        self.held = held
+        self._writes = writes
+        self._exactly_once = exactly_once
+        self._batch = batch
+        self._block_ms = max(1, round(block * 1000))
+        self._block = block
+        # Tied to the lease: a member that died has lost its keys after one lease; its entries wait ten.
+        reclaim_after = work.reclaim_after if work.reclaim_after is not None else 10 * lease_ttl
+        self._reclaim_after_ms = max(1, round(reclaim_after * 1000))
+        self._reclaim_every = reclaim_after / 4
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<StreamSource {self.work.stream} as {self.consumer}>"
+
+    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+        store = self.work.address.connect()
+        try:
+            yield from self._read(store, stop)
+        finally:
+            store.close()
+
+    def _read(self, store: "redis.Redis", stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+        # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
+        own_pending, pending_after = True, "0"
+        watch = StoreWatch(f"work stream {self.work.stream}")
+        cursor, next_reclaim, next_touch = "0-0", self._clock(), self._clock()
+        group_ready = False  # made sure of at the start and after the store was away
+        while not stop.is_set():
+            try:
+                if not group_ready:
+                    self.work.ensure_group(store)
+                    group_ready = True
+                if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
+                    self._touch_held(store)
+                    next_touch = self._clock() + self._reclaim_every
+                if self._writes.away:  # what is held cannot be written off: take in no more meanwhile
+                    stop.wait(self._block)
+                    continue
+                claimed: list = []
+                if not own_pending and self._clock() >= next_reclaim:
+                    cursor, claimed = self._reclaim(store, cursor)
+                    if cursor == "0-0":  # the scan went round the whole pending list: rest a while
+                        next_reclaim = self._clock() + self._reclaim_every
+                if claimed:
+                    items = self._take_in(store, claimed, resumed=True)
+                else:
+                    entries = self._next_entries(store, pending_after if own_pending else None)
+                    items = self._take_in(store, entries, resumed=own_pending)
+                    if own_pending:
+                        own_pending, pending_after = bool(entries), entries[-1][0] if entries else pending_after
+            except StoreUnavailable as exc:
+                group_ready = False
+                watch.failed(exc, "waiting for it")
+                stop.wait(self._block)
+                continue
+            watch.answered()
+            yield from items
+
+    def _next_entries(self, store: "redis.Redis", pending_after: str | None) -> list:
+        """The next batch of entries: this consumer's own pending ones after ``pending_after``, or (None) new ones,
+        waiting up to ``block`` for them."""
+        with store_call():
+            reply = store.xreadgroup(
+                self.work.group, self.consumer, {self.work.stream: pending_after or ">"},
+                count=self._batch, block=None if pending_after else self._block_ms,
+            )
+        return reply[0][1] if reply else []
+
+    def _take_in(
+        self, store: "redis.Redis", entries: list, *, resumed: bool
+    ) -> list[Work | InvalidInput | UnknownFate]:
+        """The requests of ``entries`` this daemon does not hold yet, held from now on. ``resumed``: delivered
+        before, each is looked up in the journal first; if the store fails meanwhile, none is held."""
+        parsed = [parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
+                  for entry_id, fields in entries]
+        items = [self._resumed(store, item) for item in parsed] if resumed else parsed
+        return [item for item in items if self.held.take(item.receipt)]
+
+    def close(self) -> None:
+        """Nothing is held between reads: each read() opens and closes its own connection."""
+
+    def _touch_held(self, store: "redis.Redis") -> None:
+        """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
+        other member takes over an entry that only waits in this daemon's queue."""
+        held = self.held.snapshot()
+        with store_call():
+            for start in range(0, len(held), 500):
+                store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
+
+    def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
+        """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's
+        (entries deleted meanwhile come back as None and are dropped)."""
+        with store_call():
+            reply = store.xautoclaim(self.work.stream, self.work.group, self.consumer, self._reclaim_after_ms,
+                                     start_id=cursor, count=self._batch)
+        claimed = [(entry_id, fields) for entry_id, fields in reply[1] if entry_id is not None]
+        if claimed:
+            log.warning("work stream %s: took over %d entries another member left pending for %.0f s or more",
+                        self.work.stream, len(claimed), self._reclaim_after_ms / 1000)
+        return reply[0], claimed
+
+    def _resumed(self, store: "redis.Redis", item: Work | InvalidInput) -> Work | InvalidInput | UnknownFate:
+        """An entry delivered before: it may have been sent already. At-least-once sends it again (marked
+        resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
+        if not isinstance(item, Work):
+            return item
+        if not self._exactly_once:
+            return replace(item, resumed=True)
+        with store_call():
+            sent = store.hget(self.work.sent, item.receipt)
+        if sent is not None:
+            key, nonce = sent.split(" ", 1)
+            return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "
+                                        "answer was known; exactly-once does not send it again", item.receipt)
+        return replace(item, resumed=True)
