@@ -1,0 +1,337 @@
+"""The worker's hardest paths, driven through a scripted transport instead of a server: an ambiguous
+attempt settled with its own nonce (exactly-once) or retried under a fresh one (at-least-once), the
+resend after a stale connection and the later send that forbids it, a key retired mid-request.
+
+The parts are the daemon's own (queues, limiter, key, policy, outage gate, metrics); only the exchange
+is scripted. The clock is the real one: the limiter's holds and the policy's backoffs are real waits
+of about a millisecond, and nothing is asserted about time. Nonces come from a frozen wall clock, so
+each fresh nonce is exactly the last one plus one (or pushed ahead after an invalid nonce).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from typing import Callable
+
+from fakes import Call, ScriptedTransport, Step, blocked, invalid_nonce, ok, server_error, unavailable
+from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
+from thread_client.errors import AnswerTimedOut, StaleConnection
+from thread_client.flow.outage import OutageGate
+from thread_client.flow.queues import QueueManager
+from thread_client.flow.worker import Worker
+from thread_client.io.graveyard import Graveyard
+from thread_client.limits.keys import ApiKey
+from thread_client.limits.limiter import ThreadSafeRateLimiter
+from thread_client.limits.nonces import NonceGenerator
+from thread_client.observe.metrics import Metrics
+from thread_client.policy.retry import RetryPolicy
+from thread_client.request import Request
+
+SECRET = "UT4NHL1J796WCHULA1750MXYF9F5JYA6"
+WALL = 1_700_000_000_000_000  # the frozen wall clock of the nonces, in microseconds
+FIRST = WALL  # the first nonce a fresh key draws
+BOUND = 5.0  # seconds any one step of a test may take before it counts as hung (it takes milliseconds)
+
+
+class Rig:
+    """One key with one worker, wired as the daemon wires them, around a scripted transport.
+
+    Exactly-once builds the limiter as the command line does (an infinite order latency: one send in
+    flight per key); at-least-once with no order latency, so a test can let another send leave at once.
+    ``earlier_send``: (request, nonce) an earlier run sent last on the key, unanswered (adopted as the
+    daemon does, and settled first by the worker's thread).
+    """
+
+    def __init__(
+        self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None
+    ) -> None:
+        order_latency = math.inf if delivery.one_in_flight else 0.0
+        nonces = NonceGenerator(clock=lambda: WALL)
+        self.key = ApiKey(SECRET, ThreadSafeRateLimiter(20, name="UT4N", order_latency=order_latency, nonces=nonces))
+        self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
+        self.transport = ScriptedTransport(steps)
+        self.metrics = Metrics()
+        self.stop = threading.Event()
+        self.retired: list[str] = []
+        self.other_nonces: list[int] = []
+        policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
+        self.worker = Worker(
+            self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
+            delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), poll=0.01,
+            earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
+        )
+
+    # -- races forced from a callable step, between this send and the next -------------------
+
+    def another_send_leaves(self, then: Step) -> Step:
+        """Another thread of the key takes a permit (a later nonce, kept in ``other_nonces``) and is
+        answered, while this send is out; this send then gets ``then``."""
+        permit = self.key.limiter.acquire(timeout=0)
+        self.key.limiter.release(permit, time.monotonic(), accepted=True)
+        self.other_nonces.append(permit.nonce)
+        return then
+
+    def key_retired(self, then: Step) -> Step:
+        """Another thread of the key retires it (its 429 blocked) while this send is out; this send
+        then gets ``then``."""
+        assert self.key.retire("key_blocked")
+        return then
+
+    # -- driving the worker -----------------------------------------------------------------
+
+    def submit(self, req_id: str = "r1") -> Request:
+        request = Request(req_id, time.monotonic())
+        assert self.queues.submit(request, self.stop)
+        return request
+
+    def handle_next(self) -> Request:
+        """Take the next request (a retry back from the DLQ first, if the main queue is empty) and
+        let the worker handle it once, as its loop would."""
+        if self.queues.sizes()[0] == 0:
+            assert self.queues.requeue_ready(self.stop, timeout=BOUND), "no request came back from the DLQ"
+        request = self.queues.take(BOUND)
+        assert request is not None
+        bounded(lambda: self.worker._handle(request), on_hang=self.key.limiter.close)
+        return request
+
+    def assert_clean(self) -> None:
+        """What holds after every scenario: the script was played, nothing more was sent, every permit
+        was given back, and the queues account for every request."""
+        self.transport.assert_played()
+        assert self.key.limiter.state().in_flight == 0
+        assert self.queues.counts().balanced, self.queues.counts().identity()
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` to hold, looking again every few milliseconds; fail after BOUND seconds."""
+    deadline = time.monotonic() + BOUND
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.002)
+
+
+def bounded(action: Callable[[], None], on_hang: Callable[[], None]) -> None:
+    """Run ``action`` on a thread of its own and re-raise what it raised; fail (after ``on_hang``, which
+    must free it) instead of hanging the suite if it has not returned within BOUND seconds."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="test-worker-step", daemon=True)
+    thread.start()
+    thread.join(BOUND)
+    if thread.is_alive():
+        on_hang()
+        thread.join(BOUND)
+        raise AssertionError(f"the worker did not finish its step within {BOUND} s")
+    if raised:
+        raise raised[0]
+
+
+# -- exactly-once: an ambiguous attempt is settled with its own nonce ----------------------------
+
+
+def test_exactly_once_a_timeout_then_invalid_nonce_on_the_same_nonce_is_accepted_by_the_first_copy():
+    rig = Rig(AnswerTimedOut("timed out"), invalid_nonce(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]  # asked again with the same nonce
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq) == (1, 0, 0)
+    assert (request.ambiguous, request.failures) == (1, 0)
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.outcomes == {"timeout": 1, "accepted": 1} and snapshot.retried == 0
+    rig.assert_clean()
+
+
+def test_exactly_once_a_timeout_then_ok_on_the_same_nonce_is_accepted():
+    rig = Rig(AnswerTimedOut("timed out"), ok("r1"), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    assert rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 0)
+    rig.assert_clean()
+
+
+def test_exactly_once_answers_that_settle_nothing_are_asked_again_with_the_same_nonce_and_nothing_else_leaves():
+    rig = Rig(AnswerTimedOut("timed out"), unavailable(), server_error(), ok("r1"), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST] * 4  # every send on the key meanwhile was this nonce
+    assert rig.key.limiter.nonces.last == FIRST  # and no other nonce was drawn for the key
+    assert rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 0)
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.outcomes == {"timeout": 1, "unavailable": 1, "server_error": 1, "accepted": 1}
+    rig.assert_clean()
+
+
+def test_exactly_once_a_stale_connection_is_settled_with_the_same_nonce():
+    rig = Rig(StaleConnection("closed under the request"), invalid_nonce(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    assert rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 0)
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.stale_connections == 1 and snapshot.outcomes == {"connection_reset": 1, "accepted": 1}
+    rig.assert_clean()
+
+
+def test_exactly_once_the_earlier_runs_last_send_is_settled_with_its_nonce_before_anything_else_leaves():
+    # A restart: the earlier run's last send on this key went unanswered. The worker's thread settles
+    # it with its journaled nonce first, and only then takes new work, under a fresh nonce.
+    journaled = FIRST - 5
+    earlier = Request("r1", time.monotonic(), resumed=True)
+    rig = Rig(invalid_nonce(), ok("r2"), delivery=EXACTLY_ONCE, earlier_send=(earlier, journaled))
+    rig.submit("r2")
+    rig.worker.start()
+    wait_until(lambda: rig.queues.counts().accepted == 2)
+    rig.stop.set()
+    rig.worker.join(BOUND)
+    assert not rig.worker.is_alive() and rig.worker.failure is None
+    assert rig.transport.calls == [Call(journaled, "r1"), Call(FIRST, "r2")]
+    assert (earlier.ambiguous, earlier.failures) == (1, 0)
+    rig.assert_clean()
+
+
+def test_exactly_once_a_key_retired_during_the_send_leaves_it_unknown_and_never_sends_it_again():
+    # Another thread's 429 blocked retires the key while this send is out; the send times out. Its
+    # nonce can no longer be asked on this key, and another key could not tell: unknown, never resent.
+    rig = Rig(lambda call: rig.key_retired(then=AnswerTimedOut("timed out")), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST]
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq, counts.main_queue) == (0, 1, 0, 0)
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1} and request.ambiguous == 1
+    rig.assert_clean()
+
+
+# -- at-least-once: a stale connection resends its nonce once, anything else takes a fresh one ----
+
+
+def test_at_least_once_a_stale_connection_resends_the_same_nonce_and_its_ok_spends_no_retry():
+    rig = Rig(StaleConnection("closed under the request"), ok("r1"))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    assert rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (0, 0)
+    snapshot = rig.metrics.snapshot()
+    assert (snapshot.retried, snapshot.stale_connections, snapshot.outcomes) == (0, 1, {"accepted": 1})
+    rig.assert_clean()
+
+
+def test_at_least_once_invalid_nonce_on_the_stale_resend_is_ambiguous_and_retried_under_a_fresh_nonce():
+    rig = Rig(StaleConnection("closed under the request"), invalid_nonce(), ok("r1"))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    assert (rig.queues.counts().accepted, rig.queues.counts().dlq, request.ambiguous) == (0, 1, 1)
+    rig.handle_next()
+    first, resend, fresh = rig.transport.nonces
+    assert first == resend < fresh
+    assert rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 1)
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.ambiguous == 1 and snapshot.retried == 1
+    assert snapshot.outcomes == {"connection_reset": 1, "accepted": 1}
+    rig.assert_clean()
+
+
+def test_at_least_once_a_stale_send_overtaken_by_a_later_one_is_not_resent_but_retried_under_a_fresh_nonce():
+    # Another send on the key leaves right after this one: repeating this nonce now could only be
+    # refused, and the refusal would prove nothing (the limiter raises SendOvertaken).
+    rig = Rig(lambda call: rig.another_send_leaves(then=StaleConnection("closed under the request")), ok("r1"))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST]  # not resent
+    assert (rig.queues.counts().dlq, request.ambiguous, request.failures) == (1, 1, 1)
+    rig.handle_next()
+    [other] = rig.other_nonces
+    assert rig.transport.nonces == [FIRST, other + 1]  # retried above the send that overtook it
+    assert rig.queues.counts().accepted == 1
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.ambiguous == 1 and snapshot.stale_connections == 1
+    rig.assert_clean()
+
+
+def test_at_least_once_a_timeout_is_retried_under_a_fresh_larger_nonce():
+    rig = Rig(AnswerTimedOut("timed out"), ok("r1"))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST]
+    assert (rig.queues.counts().dlq, request.ambiguous, request.failures) == (1, 1, 1)
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST + 1]
+    assert rig.queues.counts().accepted == 1
+    snapshot = rig.metrics.snapshot()
+    assert snapshot.outcomes == {"timeout": 1, "accepted": 1} and snapshot.retried == 1
+    rig.assert_clean()
+
+
+def test_at_least_once_a_stale_send_on_a_key_retired_meanwhile_is_not_resent_and_goes_to_another_key():
+    rig = Rig(lambda call: rig.key_retired(then=StaleConnection("closed under the request")))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST]  # the closed limiter gave no slot for the resend
+    assert (rig.queues.counts().dlq, request.ambiguous) == (1, 1)
+    assert rig.key.limiter.state().closed
+    rig.assert_clean()
+
+
+# -- every fresh send of a key draws a larger nonce --------------------------------------------
+
+
+def test_nonces_strictly_increase_across_every_fresh_send_of_a_key():
+    rig = Rig(
+        ok("r1"),
+        AnswerTimedOut("timed out"), server_error(), ok("r2"),  # r2: retried twice, each under a fresh nonce
+        invalid_nonce(),  # r3: refused; the key's nonces are pushed ahead
+        StaleConnection("closed under the request"), ok("r3"),  # r3's retry, and its one resend
+    )
+    for req_id, sends in (("r1", 1), ("r2", 3), ("r3", 2)):  # one request at a time: the script's order is theirs
+        rig.submit(req_id)
+        for _ in range(sends):
+            rig.handle_next()
+    assert rig.queues.counts().accepted == 3
+    calls = rig.transport.calls
+    resends = [i for i in range(1, len(calls)) if calls[i] == calls[i - 1]]
+    assert resends == [6]  # the stale connection's resend is the only repeat
+    fresh = [call.nonce for i, call in enumerate(calls) if i not in resends]
+    assert all(a < b for a, b in zip(fresh, fresh[1:])), fresh
+    assert fresh[5] > fresh[4] + 1  # pushed ahead after the invalid nonce
+    rig.assert_clean()
+
+
+# -- a key retired mid-request -----------------------------------------------------------------
+
+
+def test_a_key_blocked_mid_request_hands_the_request_back_and_its_worker_ends():
+    rig = Rig(blocked())
+    request = rig.submit("r1")
+    rig.submit("r2")
+    rig.worker.start()
+    rig.worker.join(BOUND)  # it ends by itself: its key is retired
+    alive = rig.worker.is_alive()
+    rig.stop.set()
+    rig.worker.join(BOUND)
+    assert not alive and not rig.worker.is_alive() and rig.worker.failure is None
+    assert rig.key.retired_because == "key_blocked" and rig.key.limiter.state().closed
+    assert rig.retired == ["too many rate limit errors: blocked"]
+    counts = rig.queues.counts()
+    # r1 handed back (to another key, at no cost), r2 never taken
+    assert (counts.accepted, counts.graveyard, counts.dlq, counts.main_queue, counts.in_flight) == (0, 0, 1, 1, 0)
+    assert (request.failures, request.unsent, request.ambiguous) == (0, 0, 0)
+    assert rig.metrics.snapshot().retried == 0
+    assert rig.transport.closed
+    rig.assert_clean()
