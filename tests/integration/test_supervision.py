@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from conftest import KEYS, run_client
+from conftest import KEYS, run_client, wait_for
 from thread_client.config import Config
 from thread_client.daemon import Daemon
 from thread_client.io.graveyard import Graveyard
@@ -51,11 +51,16 @@ def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duratio
 
 
 def test_a_killed_worker_is_restarted_and_nothing_is_lost(fast_server, tmp_path, caplog):
-    daemon = daemon_with(fast_server, tmp_path, deadly_for_first_key={5, 9}, duration=3)
+    daemon = daemon_with(fast_server, tmp_path, deadly_for_first_key={5, 9}, duration=60)
+    victim = f"worker-{key_id(KEYS[0])[:6]}"  # thread names carry the key's id, never a piece of the secret
     with caplog.at_level(logging.CRITICAL):
+        daemon.start()
+        # Until each of the key's two threads died twice (its own transport's 5th and 9th send), however the
+        # sends happened to be shared between them on a loaded machine.
+        wait_for(lambda: [t.restarts for t in daemon.workers if t.name.startswith(victim)] == [2, 2], timeout=50)
+        daemon.request_stop("test done")
         summary = daemon.run()
     restarted = {t.name: t.restarts for t in daemon.workers if t.restarts}
-    victim = f"worker-{key_id(KEYS[0])[:6]}"  # thread names carry the key's id, never a piece of the secret
     assert restarted == {f"{victim}-0": 2, f"{victim}-1": 2}  # each has its own transport, killed twice
     assert any("restarting it" in r.getMessage() and r.exc_info for r in caplog.records)
     assert summary.exit_code == 0 and summary.counts.balanced and not summary.threads_died

@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Callable
 
-from fakes import Call, ScriptedTransport, Step, blocked, invalid_nonce, ok, server_error, unavailable
+from conftest import wait_for
+from fakes import Call, ScriptedTransport, Step, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, StaleConnection
 from thread_client.flow.outage import OutageGate
@@ -50,7 +51,10 @@ class Rig:
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL)
-        self.key = ApiKey(SECRET, ThreadSafeRateLimiter(20, name="UT4N", order_latency=order_latency, nonces=nonces))
+        # Short windows and holds: a strike's hold (a window and the unanswered hold) lasts milliseconds here.
+        limiter = ThreadSafeRateLimiter(20, name="UT4N", window=0.05, unanswered_hold=0.01,
+                                        order_latency=order_latency, nonces=nonces)
+        self.key = ApiKey(SECRET, limiter)
         self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
         self.transport = ScriptedTransport(steps)
         self.metrics = Metrics()
@@ -60,7 +64,7 @@ class Rig:
         policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
         self.worker = Worker(
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
-            delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), poll=0.01,
+            delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail),
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
@@ -84,18 +88,24 @@ class Rig:
 
     def submit(self, req_id: str = "r1") -> Request:
         request = Request(req_id, time.monotonic())
-        assert self.queues.submit(request, self.stop)
+        assert self.queues.submit(request)
         return request
 
     def handle_next(self) -> Request:
         """Take the next request (a retry back from the DLQ first, if the main queue is empty) and
         let the worker handle it once, as its loop would."""
         if self.queues.sizes()[0] == 0:
-            assert self.queues.requeue_ready(self.stop, timeout=BOUND), "no request came back from the DLQ"
+            assert self.queues.requeue_ready(timeout=BOUND), "no request came back from the DLQ"
         request = self.queues.take(BOUND)
         assert request is not None
         bounded(lambda: self.worker._handle(request), on_hang=self.key.limiter.close)
         return request
+
+    def stop_taking(self) -> None:
+        """Stop as the daemon does: no more work taken, every wait woken at once."""
+        self.stop.set()
+        self.queues.close()
+        self.key.limiter.stop_taking()
 
     def assert_clean(self) -> None:
         """What holds after every scenario: the script was played, nothing more was sent, every permit
@@ -103,14 +113,6 @@ class Rig:
         self.transport.assert_played()
         assert self.key.limiter.state().in_flight == 0
         assert self.queues.counts().balanced, self.queues.counts().identity()
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait for ``condition`` to hold, looking again every few milliseconds; fail after BOUND seconds."""
-    deadline = time.monotonic() + BOUND
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.002)
 
 
 def bounded(action: Callable[[], None], on_hang: Callable[[], None]) -> None:
@@ -186,6 +188,43 @@ def test_exactly_once_a_stale_connection_is_settled_with_the_same_nonce():
     rig.assert_clean()
 
 
+def test_exactly_once_a_strike_while_settling_holds_the_key_and_the_same_nonce_is_asked_again():
+    # A 429 while asking again is a strike like any other (another client may be on the key): counted, the key
+    # held back; the fate of the first copy is still asked with its own nonce, never a fresh one.
+    rig = Rig(AnswerTimedOut("timed out"), rate_limited(retry_after=0.01), invalid_nonce(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST, FIRST]
+    assert rig.key.strikes == 1 and rig.key.limiter.state().window > 0.05  # the strike was taken as one
+    assert rig.queues.counts().accepted == 1 and request.failures == 0
+    rig.assert_clean()
+
+
+def test_exactly_once_a_key_blocked_while_settling_ends_unknown_and_never_sends_a_fresh_nonce():
+    # Asking again used to loop forever on a block, a 401 or a 403: the key was never retired.
+    rig = Rig(AnswerTimedOut("timed out"), blocked(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    assert rig.key.retired_because == "key_blocked" and rig.retired
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard) == (0, 1) and request.last_failure == "unknown"
+    rig.assert_clean()
+
+
+def test_exactly_once_a_settle_cut_short_lets_the_key_send_again():
+    # The order gate waits on the first copy's answer; a settle that gives up (here: its lease ended) must
+    # stop that wait, or the key never sends again in this run.
+    answers = iter([True, True, False])  # held for the first send; gone before the second ask
+    rig = Rig(AnswerTimedOut("timed out"), delivery=EXACTLY_ONCE)
+    rig.key.may_send = lambda: next(answers, True)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] and rig.queues.counts().graveyard == 1  # unknown, not resent
+    assert rig.key.limiter.wait_ready(timeout=BOUND)  # the key may send again
+    rig.assert_clean()
+
+
 def test_exactly_once_the_earlier_runs_last_send_is_settled_with_its_nonce_before_anything_else_leaves():
     # A restart: the earlier run's last send on this key went unanswered. The worker's thread settles
     # it with its journaled nonce first, and only then takes new work, under a fresh nonce.
@@ -194,8 +233,8 @@ def test_exactly_once_the_earlier_runs_last_send_is_settled_with_its_nonce_befor
     rig = Rig(invalid_nonce(), ok("r2"), delivery=EXACTLY_ONCE, earlier_send=(earlier, journaled))
     rig.submit("r2")
     rig.worker.start()
-    wait_until(lambda: rig.queues.counts().accepted == 2)
-    rig.stop.set()
+    wait_for(lambda: rig.queues.counts().accepted == 2, timeout=BOUND)
+    rig.stop_taking()
     rig.worker.join(BOUND)
     assert not rig.worker.is_alive() and rig.worker.failure is None
     assert rig.transport.calls == [Call(journaled, "r1"), Call(FIRST, "r2")]
@@ -323,7 +362,7 @@ def test_a_key_blocked_mid_request_hands_the_request_back_and_its_worker_ends():
     rig.worker.start()
     rig.worker.join(BOUND)  # it ends by itself: its key is retired
     alive = rig.worker.is_alive()
-    rig.stop.set()
+    rig.stop_taking()
     rig.worker.join(BOUND)
     assert not alive and not rig.worker.is_alive() and rig.worker.failure is None
     assert rig.key.retired_because == "key_blocked" and rig.key.limiter.state().closed
