@@ -164,6 +164,12 @@ class Daemon:
         client may have left stamps in the server's rings; a key whose earlier runs spent its
         strike budget is retired before anything is sent. Raises ConfigError, with nothing
         started, if the metrics port cannot be served."""
+        if self.config.metrics_port is not None:  # first: a port in use must stop the start before any thread runs
+            try:
+                self.metrics_server = MetricsServer(self.status, self.config.metrics_port)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on port {self.config.metrics_port}: {exc.strerror}") from exc
+            log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
         for key in self.keys:
             if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
@@ -173,12 +179,6 @@ class Daemon:
         for thread in self.part_threads:
             thread.start()
         self._started_at = self._clock()
-        if self.config.metrics_port is not None:
-            try:
-                self.metrics_server = MetricsServer(self.status, self.config.metrics_port)
-            except OSError as exc:
-                raise ConfigError(f"cannot serve metrics on port {self.config.metrics_port}: {exc.strerror}") from exc
-            log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(

@@ -58,6 +58,9 @@ class Journal(Protocol):
     def sending(self, request: Request, key: str, nonce: int) -> None:
         """``request`` leaves now on the key whose id (``key_id``, never the shown name) is ``key``."""
         ...
+    def answered(self, request: Request, key: str, nonce: int) -> None:
+        """The send of ``nonce`` was answered without being accepted (exactly-once writes this down)."""
+        ...
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None: ...
     def unwritten(self) -> list[str]: ...
     def close(self) -> None: ...
@@ -77,7 +80,7 @@ class Transport(Protocol):
     """One connection to the API for one worker thread (never shared between threads).
 
     ``send`` makes one attempt and returns the answer, or raises a subclass of
-    ``TransportError`` saying why none came: ``Unreachable`` (nothing was sent),
+    ``TransportError`` saying why none came: ``ConnectFailed`` (nothing was sent),
     ``StaleConnection`` (a kept connection failed before any answer: the same nonce may
     be sent again), ``NoAnswer`` (sent, then timed out or reset: it may have been processed).
     """

@@ -190,6 +190,7 @@ def test_exactly_once_sigkill_and_restart_three_times_accept_nothing_twice(start
     assert {record["outcome"] for record in results} == {"accepted"}
     assert server.stats()["totals"]["duplicate_accepts"] == 0
     assert set(server.accepted().values()) == {1}
+    assert set(server.accepted()) == set(ids)  # no record says accepted where the exchange accepted nothing
     # Some of the kills caught a send the exchange had accepted but not yet answered: the restart learnt
     # its fate from the 400 its own nonce drew, instead of sending it again under a new one.
     settled_by_earlier_copy = [r for r in results if r["resumed_after_crash"] and r["http_status"] == 400]

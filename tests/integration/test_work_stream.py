@@ -40,20 +40,22 @@ def test_a_daemon_works_the_stream_with_one_acknowledged_record_per_entry(valkey
     wait_for(lambda: len(stream_records(store)) == 120)
     submit(valkey, tmp_path, requests(121, 150))
     store.xadd("work", {"request": json.dumps({"id": "bad", "params": {"nonce": 1}})})  # past submit's checks
-    wait_for(lambda: len(stream_records(store)) == 151)
+    store.xadd("work", {"request": b'{"id": "raw-\xff"}'})  # bytes that are not UTF-8
+    wait_for(lambda: len(stream_records(store)) == 152)
     client.send_signal(signal.SIGTERM)
     out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
     by_id = stream_records(store)
     assert all(len(records) == 1 for records in by_id.values())
-    assert {r[0]["outcome"] for i, r in by_id.items() if i != "bad"} == {"accepted"}
-    assert by_id["bad"][0]["outcome"] == "invalid_input" and store.xlen("work:dead") == 1
+    assert {r[0]["outcome"] for i, r in by_id.items() if i not in ("bad", "")} == {"accepted"}
+    assert by_id["bad"][0]["outcome"] == "invalid_input" and store.xlen("work:dead") == 2
+    assert by_id[""][0]["reason"].endswith("the id is not valid Unicode (a lone surrogate)")
     assert store.xpending("work", "g")["pending"] == 0  # every entry acknowledged with its record
     assert set(fast_server.accepted()) == {f"w-{n}" for n in range(1, 151)}
     status = subprocess.run([sys.executable, "-m", "thread_client", "status", "--redis",
                              f"{valkey.url}?stream=work&group=g"], capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert status.returncode == 0, status.stderr
-    assert "group g: lag 0, pending 0" in status.stdout and "151 in the last minute" in status.stdout
+    assert "group g: lag 0, pending 0" in status.stdout and "152 in the last minute" in status.stdout
 
 
 def test_entries_a_dead_member_left_pending_are_taken_over(valkey, fast_server, client_process, tmp_path):

@@ -67,6 +67,27 @@ def test_a_request_answered_before_its_keys_next_send_is_resumed_not_settled(tmp
         resume.close()
 
 
+@pytest.mark.parametrize("lines, settled", [
+    # x went unanswered, then y on the same key was accepted: the key's last send is y, nothing is in doubt
+    ([("x", "k1", 1, False), ("y", "k1", 2, False)], None),
+    # x was answered (a 400, a 503) and not sent again before the crash: settling would read a 400 as an accept
+    ([("x", "k1", 1, False), ("x", "k1", 1, True)], None),
+    # x's answer was written after y left on the key: y is still in doubt
+    ([("x", "k1", 1, False), ("z", "k1", 2, False), ("x", "k1", 1, True)], "z"),
+], ids=["a later send on the key was accepted", "the last send was answered", "an answer written late"])
+def test_only_a_keys_last_send_with_no_answer_and_no_record_is_settled(tmp_path, lines, settled):
+    results = tmp_path / "results.jsonl"
+    write_lines(results, [{"id": "y", "outcome": "accepted"}])
+    write_lines(tmp_path / "results.jsonl.sent", [{"id": i, "key": k, "nonce": n, **({"answered": True} if a else {})}
+                                                  for i, k, n, a in lines])
+    resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+    try:
+        assert [send.id for send in resume.unsettled.values()] == ([settled] if settled else [])
+        assert "x" in resume.resumed and "x" not in resume.skip  # sent again afresh, never settled
+    finally:
+        resume.close()
+
+
 def test_at_least_once_resumes_every_unfinished_send(earlier_run, tmp_path):
     resume = ResumePoint(earlier_run, tmp_path)
     try:

@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from thread_client.request import Request
 from thread_client.io.results import Results
+from thread_client.io.resume import ResumePoint
 from thread_client.io.seen_ids import SeenIds
 from thread_client.io.sources import JsonLinesSource
-from thread_client.request import MAX_LINE_BYTES, FinalOutcome, InvalidInput, Work, parse_line
+from thread_client.request import MAX_LINE_BYTES, FinalOutcome, InvalidInput, Request, Work, parse_line
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -90,6 +90,17 @@ def test_a_result_record_keeps_the_answer_as_json_or_capped_text(tmp_path):
     assert second["body"] == "<html>a lo" and second["reason"] == "rejected: a long refusal"
 
 
+def test_an_answer_nested_deeper_than_the_parser_goes_is_kept_as_text(tmp_path):
+    path = tmp_path / "results.jsonl"
+    results = Results(str(path), max_body_bytes=200_000)
+    request = Request("deep", 0.0)
+    request.note_attempt("UT4N...JYA6", 42, 503, b"[" * 100_000)
+    results.record(request, FinalOutcome.RETRIES_EXHAUSTED, "503")
+    results.close()
+    (record,) = (json.loads(line) for line in path.read_text().splitlines())
+    assert record["id"] == "deep" and record["body"] == "[" * 100_000
+
+
 def test_a_line_longer_than_the_maximum_is_refused_in_bounded_memory_and_the_next_line_is_read(tmp_path):
     source_file = tmp_path / "in.jsonl"
     with source_file.open("wb") as out:
@@ -114,6 +125,22 @@ def test_a_second_read_goes_on_where_the_first_stopped(tmp_path):
     first.close()  # the producer died: its generator is dropped
     assert [item.id for item in source.read(threading.Event())] == ["r3", "r4", "r5"]
     source.close()
+
+
+def test_a_duplicate_recorded_by_an_earlier_run_is_not_recorded_again(tmp_path):
+    # The first "a" was left for the rerun (never sent); its duplicate on line 3 already has its record.
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_bytes(b'{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n{"id": "b"}\n')
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"id": "a", "where": "line 3", "outcome": "invalid_input"}) + "\n")
+    resume = ResumePoint(str(results), tmp_path)
+    source = JsonLinesSource(str(source_file), state_dir=str(tmp_path), resume=resume)
+    try:
+        items = list(source.read(threading.Event()))
+    finally:
+        source.close()
+    assert items == [Work("a", {}, where="line 1"), Work("b", {}, where="line 2"),
+                     InvalidInput("line 4", "b", "duplicate id 'b'")]
 
 
 def test_id_tables_a_crashed_run_left_behind_are_removed_by_the_next(tmp_path):

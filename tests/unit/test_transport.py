@@ -31,7 +31,8 @@ def test_retry_after_in_seconds_or_as_an_http_date():
     now = 1_800_000_000.0
     assert parse_retry_after(email.utils.formatdate(now + 90, usegmt=True), now=now) == pytest.approx(90)
     assert parse_retry_after(email.utils.formatdate(now - 90, usegmt=True), now=now) == 0.0
-    for unreadable in (None, "", "soon", "inf", "nan", "Sun, 99 Foo 2026 00:00:00"):
+    for unreadable in (None, "", "soon", "inf", "nan", "Sun, 99 Foo 2026 00:00:00",
+                       "Fri, 31 Dec 99999999999999999999 23:59:59 GMT"):  # a year no clock can hold
         assert parse_retry_after(unreadable) is None
 
 

@@ -73,7 +73,7 @@ def test_worker_survives_an_unexpected_exception(caplog):
     assert (counts.accepted, counts.graveyard, counts.in_flight, counts.balanced) == (3, 0, 0, True)
     assert transport.calls == 4
     assert key.limiter.state().in_flight == 0  # the slot of the failed send was given back
-    error = next(r for r in caplog.records if "unexpected error" in r.getMessage())
+    error = next(r for r in caplog.records if "the transport failed" in r.getMessage())
     assert error.exc_info is not None and "bug in the transport" in str(error.exc_info[1])
 
 
@@ -115,10 +115,22 @@ def test_an_error_after_a_request_was_routed_does_not_route_it_again():
     assert counts.balanced
 
 
+class WatchedLimiter(ThreadSafeRateLimiter):
+    """A limiter that tells when a thread first sleeps in it (waiting for the key to be able to send)."""
+
+    def __init__(self) -> None:
+        super().__init__(20, order_latency=0.0)
+        self.slept = threading.Event()
+
+    def _wait(self, delay: float, deadline: float, now: float) -> float:
+        self.slept.set()
+        return super()._wait(delay, deadline, now)
+
+
 def worker_on_a_held_key(hold: float) -> tuple[QueueManager, ApiKey, Metrics, tuple[threading.Thread, ...]]:
     """A worker and the requeue thread running, for a key held ``hold`` seconds and one request waiting."""
     queues = QueueManager(Graveyard(None), queue_size=10, ttl=0.05)
-    key = new_key()
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", WatchedLimiter())
     key.limiter.hold(hold)
     metrics = Metrics()
     worker = Worker(key, queues, AlwaysOk(), RetryPolicy(), OutageGate(), threading.Event(), listener=metrics)
@@ -131,10 +143,11 @@ def test_a_held_key_takes_no_work_and_nothing_expires_while_it_waits():
     # take the request, find at once that no slot could free in time, count it expired and take it again,
     # thousands of times a second. Now its worker takes nothing until the key can send.
     queues, key, metrics, threads = worker_on_a_held_key(60)
-    time.sleep(0.3)  # the old worker spun through the queue thousands of times in this while
+    # The old worker never slept in the limiter: it raised at once, counted an expiry and took the request again.
+    slept = key.limiter.slept.wait(10)
     counts, snapshot = queues.counts(), metrics.snapshot()
     stop_all(queues, key, *threads)
-    assert snapshot.expired == 0 and snapshot.outcomes == {}
+    assert slept and snapshot.expired == 0 and snapshot.outcomes == {}
     assert (counts.main_queue, counts.in_flight, counts.dlq) == (1, 0, 0)  # never taken: it waits for a key that can send
 
 

@@ -47,17 +47,18 @@ class Rig:
     """
 
     def __init__(
-        self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None
+        self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
+        metrics: Metrics | None = None, remember_strikes: Callable[[int], None] = lambda total: None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL)
         # Short windows and holds: a strike's hold (a window and the unanswered hold) lasts milliseconds here.
         limiter = ThreadSafeRateLimiter(20, name="UT4N", window=0.05, unanswered_hold=0.01,
                                         order_latency=order_latency, nonces=nonces)
-        self.key = ApiKey(SECRET, limiter)
+        self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes)
         self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
         self.transport = ScriptedTransport(steps)
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.stop = threading.Event()
         self.retired: list[str] = []
         self.other_nonces: list[int] = []
@@ -349,6 +350,91 @@ def test_nonces_strictly_increase_across_every_fresh_send_of_a_key():
     fresh = [call.nonce for i, call in enumerate(calls) if i not in resends]
     assert all(a < b for a, b in zip(fresh, fresh[1:])), fresh
     assert fresh[5] > fresh[4] + 1  # pushed ahead after the invalid nonce
+    rig.assert_clean()
+
+
+# -- strikes remembered across runs ------------------------------------------------------------
+
+
+def test_a_strike_that_cannot_be_written_down_retires_the_key_after_holding_it():
+    def full_disk(total: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    rig = Rig(rate_limited(), remember_strikes=full_disk)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.key.retired_because == "output failed" and rig.key.limiter.state().closed
+    assert rig.retired and "strike could not be written down" in rig.retired[0]
+    counts = rig.queues.counts()
+    assert counts.dlq == 1 and counts.graveyard == 0  # the request itself goes on, on another key
+    rig.assert_clean()
+
+
+def test_strikes_remembered_at_once_by_two_threads_end_with_the_larger_count():
+    remembered: list[int] = []
+    second_counted = threading.Event()
+
+    def slow_disk(total: int) -> None:
+        if total == 1:  # the first writer is still writing when the second strike is counted
+            second_counted.wait(BOUND)
+        remembered.append(total)
+
+    key = ApiKey(SECRET, ThreadSafeRateLimiter(20), remember_strikes=slow_disk)
+    first = threading.Thread(target=key.strike)
+    first.start()
+    wait_for(lambda: key.lifetime_strikes == 1, timeout=BOUND)
+    second = threading.Thread(target=key.strike)
+    second.start()
+    wait_for(lambda: key.lifetime_strikes == 2, timeout=BOUND)
+    second_counted.set()
+    first.join(BOUND)
+    second.join(BOUND)
+    assert remembered[-1] == 2, remembered  # a count written last is never the smaller one
+
+
+# -- a bug in the client after a send ----------------------------------------------------------
+
+
+class CountingFailsOnce(Metrics):
+    """Metrics whose first count of an attempt raises, as a listener with a bug would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def attempted(self, key: str, outcome, round_trip: float | None = None) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a listener with a bug")
+        super().attempted(key, outcome, round_trip)
+
+
+def test_exactly_once_a_transport_that_raises_a_bug_is_a_send_in_doubt_settled_with_the_same_nonce():
+    def bug(call: Call) -> Step:
+        raise RuntimeError("a transport with a bug")
+
+    rig = Rig(bug, invalid_nonce(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]  # asked again with its own nonce, never a fresh one
+    assert rig.queues.counts().accepted == 1 and request.failures == 0
+    rig.assert_clean()
+
+
+def test_exactly_once_a_bug_after_a_send_ends_the_request_unknown_and_the_key_sends_again():
+    rig = Rig(AnswerTimedOut("timed out"), ok("r2"), delivery=EXACTLY_ONCE, metrics=CountingFailsOnce())
+    rig.submit("r1")
+    rig.submit("r2")
+    rig.worker.start()  # the listener raises while r1's timeout is counted, before settling
+    try:
+        wait_for(lambda: rig.queues.counts().accepted == 1, timeout=BOUND)  # r2 left: the gate no longer waits on r1
+    finally:
+        rig.stop_taking()
+        rig.worker.join(BOUND)
+    assert rig.transport.nonces == [FIRST, FIRST + 1]  # r1 never sent again under a fresh nonce
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq) == (1, 1, 0)
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1}
     rig.assert_clean()
 
 

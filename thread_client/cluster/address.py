@@ -103,6 +103,9 @@ class StoreAddress:
             raise ConfigError("a redis:// address needs the redis package: pip install 'thread_client[cluster]'") from None
         return redis.Redis(
             host=self.host, port=self.port, db=self.db, ssl=self.tls, decode_responses=True,
+            # An entry whose bytes are not UTF-8 reads as text with escapes: parse_line then refuses it
+            # as one invalid_input record, where a strict decode would stop the reading member.
+            encoding_errors="surrogateescape",
             socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=0,
             retry=Retry(NoBackoff(), 1),
         )

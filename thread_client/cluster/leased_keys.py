@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Iterable
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, shown_names
@@ -54,7 +55,7 @@ class LeasedKeyPool(BaseKeyPool):
         window: float,
         order_latency: float,
         unanswered_hold: float,
-        lease_ttl: float = 3.0,
+        lease_ttl: float = defaults.LEASE_TTL,
         keyspace: Keyspace = Keyspace(),
         clock: Clock = monotonic,
     ) -> None:

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Callable
 
+from .. import defaults
 from ..errors import KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
 from ..request import Request
@@ -40,7 +41,7 @@ class StreamResults:
 
     def __init__(
         self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, journaled: bool = False,
-        max_body_bytes: int = 4096, flush_every: float = 0.05,
+        max_body_bytes: int = defaults.MAX_BODY_BYTES, flush_every: float = 0.05,
     ) -> None:
         self.work = work
         self.consumer = consumer
@@ -173,6 +174,9 @@ class StreamJournal:
             self._closed.wait(self._retry_every)
             raise KeyNotHeld(key) from exc
         self._writes.answered()
+
+    def answered(self, request: Request, key: str, nonce: int) -> None:
+        """Nothing to write: a member that takes over an entry sent once records it ``unknown`` in any case."""
 
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
         """Nothing to report: a journal line that cannot be written stops its send instead."""

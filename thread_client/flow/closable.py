@@ -32,10 +32,6 @@ class ClosableQueue(queue.Queue):
             self.not_empty.notify_all()
             self.not_full.notify_all()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """``Queue.put``; raises QueueClosed if the queue is or gets closed before there is room."""
         with self.not_full:

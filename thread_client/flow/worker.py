@@ -72,7 +72,8 @@ class Worker(ManagedThread):
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
         # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
-        self._after_ambiguous = self._settle_ambiguous if delivery.settles_ambiguous else self._retry_ambiguous
+        self._settles = delivery.settles_ambiguous
+        self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
         self._journal = journal
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
@@ -80,6 +81,8 @@ class Worker(ManagedThread):
         self._lease_poll = lease_poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
         self._holding: Request | None = None
+        # The permit of the held request's latest send, once its bytes may have left (this thread only).
+        self._in_doubt: Permit | None = None
 
     def work(self) -> None:
         """The worker loop. If anything escapes it, the request held is handed back first, so the
@@ -87,21 +90,34 @@ class Worker(ManagedThread):
         try:
             if self._earlier_send is not None:
                 (request, nonce), self._earlier_send = self._earlier_send, None
-                self._holding = request
-                self._settle_earlier_send(request, nonce)
+                self._guarded(request, lambda: self._settle_earlier_send(request, nonce))
             while (request := self._next_request()) is not None:
-                self._holding = request
-                try:
-                    self._handle(request)
-                except Exception:
-                    log.exception("%s: unexpected error on request %s", self.name, request.req_id)
-                    if self._holding is not None:  # not routed before the error: route it once, as a failure
-                        failure = Outcome.INTERNAL_ERROR
-                        self._carry_out(request, Reading(failure), self._policy.decide(failure, request.failures))
+                self._guarded(request, lambda: self._handle(request))
         finally:
             if self._holding is not None:
                 self._hand_back(self._holding)
             self._transport.close()
+
+    def _guarded(self, request: Request, handle: Callable[[], None]) -> None:
+        """Run ``handle`` for ``request``; if a bug escapes it before the request was routed, route it
+        once as a failure. A send that may have left is never followed by a fresh nonce in
+        exactly-once: the request then ends ``unknown`` and the key's order gate stops waiting on it."""
+        self._holding, self._in_doubt = request, None
+        try:
+            handle()
+        except Exception:
+            log.exception("%s: unexpected error on request %s", self.name, request.req_id)
+            if self._holding is None:
+                return
+            doubt = self._in_doubt
+            if doubt is not None and self._settles:
+                self.key.limiter.give_up_order(doubt)
+                reading = Reading(Outcome.UNKNOWN, f"the client failed after nonce {doubt.nonce} was sent on "
+                                                   f"{self.key.name}")
+            else:
+                reading = Reading(Outcome.INTERNAL_ERROR)
+            self._carry_out(request, reading, self._policy.decide(reading.outcome, request.failures,
+                                                                  detail=reading.detail))
 
     def _next_request(self) -> Request | None:
         """Block until this key can send and a request is there; None once there will be none: the key
@@ -130,14 +146,29 @@ class Worker(ManagedThread):
         sent_at = self._clock()
         try:
             reading, retry_after = self._exchange(permit, request)
-        except KeyNotHeld:  # the journal could not be written: nothing left, another try later
+        except (KeyNotHeld, OSError):  # the journal could not be written: nothing left, another try later
             self._hand_back(request)
             return
         if reading is _STALE:
             self._listener.stale_connection()
+        elif self._settles and reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous:
+            self._note_answered(request, permit)
         if reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
         self._conclude(request, reading, retry_after, sent_at)
+
+    def _note_answered(self, request: Request, permit: Permit) -> None:
+        """Exactly-once: write down that this send was answered without being accepted, so a restart
+        does not settle it. If that cannot be written, the key sends nothing more (its last line then
+        stays this send, which a restart settles: the only doubt left is a 400 read as an accept)."""
+        if self._journal is None:
+            return
+        try:
+            self._journal.answered(request, self.key.id, permit.nonce)
+        except (KeyNotHeld, OSError) as exc:
+            if self.key.retire("output failed"):
+                self._on_key_retired(self.key, f"the answer to request {request.req_id} could not be written down "
+                                               f"({exc}): no more sends on this key")
 
     def _retry_ambiguous(
         self, first: Permit, request: Request, reading: Reading, retry_after: float | None, sent_at: float
@@ -165,15 +196,14 @@ class Worker(ManagedThread):
         log.info("%s: settling request %s, sent with nonce %d before the restart", self.key.name, request.req_id, nonce)
         request.ambiguous += 1
         request.key, request.nonce = self.key.name, nonce  # what its record names if it cannot be settled
-        sent_at = self._clock()
-        self._conclude(request, self._settle(Permit.of_earlier_run(nonce), request), None, sent_at)
+        sent_at, self._in_doubt = self._clock(), Permit.of_earlier_run(nonce)
+        self._conclude(request, self._settle(self._in_doubt, request), None, sent_at)
 
     def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
         """Count the attempt sent at ``sent_at`` and route its request as the retry policy decides."""
         finished_at = self._clock()
         outcome = reading.outcome
         round_trip = finished_at - sent_at
-        self._listener.attempted(self.key.name, outcome, round_trip)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request %s nonce %s on %s: %s in %.1f ms (attempt %d)", request.req_id, request.nonce,
                       self.key.name, outcome.value, 1000 * round_trip, request.failures + 1)
@@ -181,12 +211,15 @@ class Worker(ManagedThread):
             outcome, request.failures, retry_after, detail=reading.detail, unsent=request.unsent,
             during_outage=self._outage.active,
         )
+        # The request is routed before anything is counted: a failing listener cannot leave it unrouted.
         if action.request is RequestStep.ACCEPT:
             self._holding = None  # final from here on, whether or not its record can be written
             self._recording(self._queues.accept, request)
+        else:
+            self._carry_out(request, reading, action, retry_after)
+        self._listener.attempted(self.key.name, outcome, round_trip)
+        if action.request is RequestStep.ACCEPT:
             self._listener.accepted(finished_at - request.created_at)
-            return
-        self._carry_out(request, reading, action, retry_after)
 
     def _recording(self, finish: Callable[..., None], request: Request, *args: object) -> None:
         """End ``request`` with ``finish`` (accept or bury). If its durable record cannot be written,
@@ -195,10 +228,13 @@ class Worker(ManagedThread):
         accepted a second time)."""
         try:
             finish(request, *args)
-        except OSError as exc:
+        except Exception as exc:
+            if not isinstance(exc, OSError):
+                log.exception("%s: the final record of request %s failed", self.key.name, request.req_id)
             if self.key.retire("output failed"):
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
                 self._on_key_retired(self.key, f"the final record of request {request.req_id} could not be made "
-                                               f"durable ({exc.strerror or exc}): no more sends on this key")
+                                               f"durable ({why}): no more sends on this key")
 
     def _settle(self, first: Permit, request: Request) -> Reading:
         """Exactly-once: the first copy may have been accepted. Ask again with the same nonce, on this
@@ -280,9 +316,15 @@ class Worker(ManagedThread):
         """An unexplained 429: hold the key back (and longer if the server named a pause); park it
         for the rest of the run once it has had too many, long before the server would block it."""
         limiter = self.key.limiter
-        strikes, lifetime = self.key.strike()
-        window = limiter.note_rate_limited()
+        window = limiter.note_rate_limited()  # held first: nothing else leaves while the strike is written down
         limiter.hold(pause)
+        try:
+            strikes, lifetime = self.key.strike()
+        except OSError as exc:  # a strike not remembered would give the next run a fresh budget
+            if self.key.retire("output failed"):
+                self._on_key_retired(self.key, f"a rate-limit strike could not be written down ({exc.strerror or exc}):"
+                                               " no more sends on this key")
+            return
         log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d this run, %d of %d"
                   " in all runs; key held back, window widened to %.3f s", self.key.name, reading.detail, strikes,
                   self._policy.max_strikes, lifetime, self._policy.strike_budget, window)
@@ -335,6 +377,7 @@ class Worker(ManagedThread):
         if not self.key.may_send():  # a shared key's lease, checked right before the bytes leave (every send)
             limiter.cancel(permit)
             raise KeyNotHeld(self.key.name)
+        self._in_doubt = permit
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:
@@ -349,6 +392,11 @@ class Worker(ManagedThread):
             timed_out = isinstance(exc, AnswerTimedOut)
             self._outage.failed("timeouts" if timed_out else "connections reset")
             return Reading(Outcome.TIMEOUT if timed_out else Outcome.CONNECTION_RESET, exc.detail), None
+        except Exception as exc:  # a bug in the transport: the bytes may have left, so the fate is unknown
+            log.exception("%s: the transport failed sending nonce %d", self.key.name, permit.nonce)
+            request.note_attempt(self.key.name, permit.nonce, None, b"")
+            limiter.release(permit, answered_at=None)
+            return Reading(Outcome.CONNECTION_RESET, f"the transport failed: {exc!r}"), None
         except BaseException:
             limiter.release(permit, answered_at=None)
             raise

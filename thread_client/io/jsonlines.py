@@ -146,8 +146,10 @@ class JsonLinesFile:
             return list(self._unwritten)
 
     def close(self) -> None:
-        """Close the file (never standard output); idempotent. Appending after close keeps the lines in memory."""
-        fd, self._fd = self._fd, -1
+        """Close the file (never standard output); idempotent. Appending after close keeps the lines in
+        memory. Under the lock: a write racing the close must not reach a file that reused the number."""
+        with self._lock:
+            fd, self._fd = self._fd, -1
         if fd > 2:
             os.close(fd)
 

@@ -64,6 +64,6 @@ def _readable_body(body: bytes, max_bytes: int) -> object:
     if len(body) <= max_bytes:
         try:
             return json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             pass
     return body[:max_bytes].decode("utf-8", "replace")

@@ -33,6 +33,11 @@ class SendJournal(JsonLinesOutput):
         """Write down that ``request`` leaves now on the key whose id is ``key``, with ``nonce``."""
         self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params})
 
+    def answered(self, request: Request, key: str, nonce: int) -> None:
+        """Write down that the send of ``nonce`` was answered without being accepted: a restart must
+        not settle it (a 400 to the same nonce would then read as an earlier accept)."""
+        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "answered": True})
+
 
 @dataclass(frozen=True, slots=True)
 class EarlierSend:
@@ -53,9 +58,11 @@ class ResumePoint:
       rerun records them no more (a line that is no request has no id to know it by);
     * ``resumed``: ids sent without a final record, whose last send was answered before the key's
       next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
-    * ``unsettled``: per key id, its last send if that request has no final record and
-      that send is its latest: in exactly-once it may have been accepted unanswered, and is settled
-      with its own nonce before the key sends anything else (one request in flight per key).
+    * ``unsettled``: per key id, the send its last journal line names, if that request has no final
+      record, that send is its latest and no answer to it was written down: in exactly-once it may
+      have been accepted unanswered, and is settled with its own nonce before the key sends anything
+      else (one request in flight per key). A key whose last send was accepted, or answered, has
+      nothing to settle, whatever earlier lines it has.
 
     ``unsettled`` is kept only with ``settle_earlier`` (exactly-once); otherwise those requests are
     resumed like the others. ``skip``, ``invalid_lines`` and ``resumed`` live on disk, so memory
@@ -73,22 +80,31 @@ class ResumePoint:
                 self.invalid_lines.add(str(record.get("where", "")))
             else:
                 self.skip.add(str(record.get("id", "")))
-        last_on_key: dict[str, EarlierSend] = {}
-        key_of_last: dict[str, str] = {}  # id -> the key whose last send it is, for the ids in last_on_key
+        # Per key id, its last send and whether an answer to it was written down; per id, the key
+        # whose last send is that id's. Both hold at most one entry per key.
+        last_on_key: dict[str, tuple[EarlierSend, bool]] = {}
+        key_of_last: dict[str, str] = {}
         for record in _records(Path(f"{results_path}.sent")):
             send = _earlier_send(record)
-            if send is None or send.id in self.skip:
+            if send is None:
                 continue
-            self.resumed.add(send.id)
+            if record.get("answered") is True:  # counts only while that send is still its key's last
+                last = last_on_key.get(send.key)
+                if last is not None and (last[0].id, last[0].nonce) == (send.id, send.nonce):
+                    last_on_key[send.key] = (last[0], True)
+                continue
+            if send.id not in self.skip:
+                self.resumed.add(send.id)
             earlier_key = key_of_last.pop(send.id, None)
-            if earlier_key is not None:  # this request moved on: its send there was answered, not accepted
-                del last_on_key[earlier_key]
+            if earlier_key is not None and earlier_key != send.key:  # it moved on: its send there was answered
+                last_on_key[earlier_key] = (last_on_key[earlier_key][0], True)
             replaced = last_on_key.get(send.key)
-            if replaced is not None:
-                del key_of_last[replaced.id]
-            last_on_key[send.key] = send
+            if replaced is not None and replaced[0].id != send.id:
+                key_of_last.pop(replaced[0].id, None)
+            last_on_key[send.key] = (send, False)
             key_of_last[send.id] = send.key
-        self.unsettled = last_on_key if settle_earlier else {}
+        self.unsettled = {key: send for key, (send, answered) in last_on_key.items()
+                          if not answered and send.id not in self.skip} if settle_earlier else {}
         for send in self.unsettled.values():
             self.skip.add(send.id)
 

@@ -109,6 +109,8 @@ class JsonLinesSource:
             if item.id in resume.resumed:
                 item = replace(item, resumed=True)
         if not seen.add(item.id):
+            if resume is not None and where in resume.invalid_lines:
+                return None  # recorded as a duplicate by an earlier run
             return InvalidInput(where, item.id, f"duplicate id {item.id!r}")
         return item
 

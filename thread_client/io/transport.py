@@ -11,6 +11,7 @@ import ssl
 import time
 from urllib.parse import quote, urlencode, urlsplit
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, StaleConnection
 from ..parts import Answer
@@ -65,7 +66,7 @@ class HttpTransport:
         self,
         url: str,
         api_key: str,
-        timeout: float = 1.0,
+        timeout: float = defaults.HTTP_TIMEOUT,
         *,
         ssl_context: ssl.SSLContext | None = None,
         params_in: str = "query",
@@ -198,9 +199,9 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+            if when is None or when.tzinfo is None:
+                return None
+            seconds = when.timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, OverflowError):  # not a date, or one no clock can hold
             return None
-        if when is None or when.tzinfo is None:
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
     return max(seconds, 0.0) if math.isfinite(seconds) else None

@@ -54,8 +54,10 @@ class ApiKey:
         self._retired_because: str | None = None
         self._strikes = 0
         self._lifetime_strikes = strikes_before  # this run's and every earlier run's (the server forgets none)
-        # Called with the lifetime count after each strike, before the strike is acted on (it is durable then).
+        # Called with the lifetime count after each strike, before the strike is acted on (it is durable then);
+        # one call at a time, so the count remembered last is never a smaller one.
         self._remember_strikes = remember_strikes
+        self._remembering = threading.Lock()
 
     def __repr__(self) -> str:
         state = f"retired ({self._retired_because})" if self._retired_because else "active"
@@ -77,12 +79,16 @@ class ApiKey:
 
     def strike(self) -> tuple[int, int]:
         """Count one unexplained 429 on this key and remember it across runs; returns the counts so
-        far, in this run and in all runs."""
+        far, in this run and in all runs. Raises OSError if the count could not be made durable (it
+        is counted in this run all the same)."""
         with self._lock:
             self._strikes += 1
             self._lifetime_strikes += 1
             counts = self._strikes, self._lifetime_strikes
-        self._remember_strikes(counts[1])
+        with self._remembering:
+            with self._lock:
+                latest = self._lifetime_strikes
+            self._remember_strikes(latest)
         return counts
 
     def retire(self, reason: str) -> bool:

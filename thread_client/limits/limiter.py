@@ -84,7 +84,7 @@ class ThreadSafeRateLimiter:
         name: str = "key",
         window: float = defaults.WINDOW,
         order_latency: float = defaults.ORDER_LATENCY,
-        unanswered_hold: float = 1.0,
+        unanswered_hold: float = defaults.HTTP_TIMEOUT,  # an answer can come no later than the HTTP timeout
         max_order_latency: float = 0.5,
         nonces: NonceGenerator | None = None,
         clock: Clock = monotonic,
