@@ -506,8 +506,10 @@ def main(argv: list[str] | None = None) -> int:
         scheme = "https"
 
     def stop(signum: int, frame: object) -> None:
-        # shutdown() blocks until serve_forever returns, so it must run off the main thread.
-        threading.Thread(target=server.shutdown, name="server-shutdown").start()
+        # Raised in the main thread, out of serve_forever. Nothing here may take a lock: the signal can
+        # land while the main thread holds one (starting a connection's thread holds threading's own),
+        # and a handler that starts a thread of its own could then wait on it forever.
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     # A server started in the background (make run-server) inherits an ignored SIGINT: keep it,
@@ -517,7 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     print(f"exchange server listening on {scheme}://{host}:{port} ({len(args.keys)} keys)", flush=True)
     with server:
-        server.serve_forever()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
     print("exchange server stopped", flush=True)
     return 0
 

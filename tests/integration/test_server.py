@@ -250,8 +250,19 @@ def test_port_in_use_is_exit_2(fast_server):
     assert "cannot listen" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.fixture
+def sigint_not_ignored():
+    """A server started from a shell's background job inherits an ignored SIGINT and keeps it, by design
+    (Ctrl-C on the client must not stop it): start this one with SIGINT at its default, wherever the suite runs."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signals_stop_it_cleanly(start_server, sig):
+def test_signals_stop_it_cleanly(start_server, sig, sigint_not_ignored):
     server = start_server("--max-latency-ms", "0")
     assert call(server, api_key=KEY, nonce=1, req_id=1)[0] == 200
     assert server.stop(sig) == 0
