@@ -114,7 +114,10 @@ def assert_clean_run(summary: dict, server_stats: dict) -> None:
     assert summary["main_queue"] == summary["dlq"] == summary["in_flight"] == 0
     assert summary["threads_died"] == [] and summary["threads_alive"] == []
     assert totals["rate_limited"] == 0 and totals["blocked"] == 0
-    assert totals["invalid_nonce"] * 1000 <= max(totals["accepted"], 1000)
+    # Invalid nonces cost only their slot: the order rule bets on them where that gets more accepted, and a
+    # thread descheduled between its nonce and its send (a loaded CI machine) can be overtaken. A broken
+    # nonce order would cost far more than this.
+    assert totals["invalid_nonce"] * 50 <= max(totals["accepted"], 100)
     assert totals["accepted"] == summary["accepted"] > 0
 
 

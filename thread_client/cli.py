@@ -32,6 +32,7 @@ from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import PARAMS_IN, HttpTransport, tls_context
 from .limits.keys import HostKeyPool
+from .limits.order_rule import InvalidNonceCost, OrderRule
 from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
 
@@ -97,7 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--window-ms", type=_bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
         help="a slot frees this long after its answer (default %(default)s)")
     add("--order-latency-ms", type=_bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
-        help="a send may follow the previous one on its key after this long, even unanswered (default %(default)s)")
+        help="a send may follow the previous one on its key after this long, even unanswered, until the order "
+        "rule has learnt the gap that gets the most requests accepted from the answers (default %(default)s)")
+    add("--invalid-nonce", choices=[cost.value for cost in InvalidNonceCost], default=InvalidNonceCost.FREE.value,
+        help="what a 400 invalid nonce costs at the exchange: 'free' (only its slot, as the reference exchange: "
+        "the order rule maximizes accepted requests per second) or 'counted' (against the key: the order rule "
+        "keeps them under 1%% of sends) (default %(default)s)")
     add("--ttl-ms", type=_bounded(float, 1, 86_400_000, "ms"), default=_ms(defaults.TTL),
         help="how long a request may wait for a rate-limit slot; past it, it goes back to the queue with a "
         "fresh time-to-live, counted as expired, at no cost to its retries (default %(default)s)")
@@ -192,6 +198,7 @@ def build_config(argv: list[str] | None = None) -> Config:
             threads_per_key=args.threads_per_key or delivery.threads_per_key,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
+            invalid_nonce=InvalidNonceCost(args.invalid_nonce),
             ttl=args.ttl_ms / 1000,
             http_timeout=args.http_timeout_ms / 1000,
             lease_ttl=args.lease_ttl_ms / 1000,
@@ -222,18 +229,22 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     delivery = config.delivery
-    # One send in flight per key: the order gate opens only on a definite answer.
+    # One send in flight per key: the order gate opens only on a definite answer. Otherwise the gap
+    # between a key's sends is learnt from the answers, by one rule for the host's keys.
     order_latency = math.inf if delivery.one_in_flight else config.order_latency
+    order_rule = None if delivery.one_in_flight else OrderRule(
+        config.order_latency, rate=config.rate, window=config.window, cost=config.invalid_nonce)
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
             work.address, config.keys, config.member, rate=config.rate, window=config.window,
-            order_latency=order_latency, unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
+            order_latency=order_latency, order_rule=order_rule, unanswered_hold=config.http_timeout,
+            lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
         keys = HostKeyPool.open(
             config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
-            order_latency=order_latency, unanswered_hold=config.http_timeout, clock=clock,
+            order_latency=order_latency, order_rule=order_rule, unanswered_hold=config.http_timeout, clock=clock,
         )
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
@@ -262,7 +273,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         if config.results:
             results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=delivery.durable_outputs)
         if resumable:
-            journal = SendJournal(config.results, durable=delivery.durable_outputs)
+            journal = SendJournal(config.results, durable=delivery.durable_outputs, settled=delivery.settles_ambiguous)
     return Daemon(
         config,
         source=source,

@@ -14,6 +14,7 @@ from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS
 from .io.transport import PARAMS_IN
+from .limits.order_rule import InvalidNonceCost
 
 __all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
 
@@ -41,7 +42,8 @@ class Config:
     ca_file: str | None = None
     rate: int = defaults.RATE
     window: float = defaults.WINDOW
-    order_latency: float = defaults.ORDER_LATENCY
+    order_latency: float = defaults.ORDER_LATENCY  # the order gap before the rule has learnt one
+    invalid_nonce: InvalidNonceCost = InvalidNonceCost.FREE
     ttl: float = defaults.TTL
     http_timeout: float = defaults.HTTP_TIMEOUT
     max_retries: int = defaults.MAX_RETRIES

@@ -261,7 +261,7 @@ class Daemon:
             timeout = join_timeout if join_timeout is not None else self.config.http_timeout + 2.0
             drain_outcome = _DRAIN_OUTCOMES.get(self._stop_reason, FinalOutcome.SHUTDOWN)
             drain_detail = self._stop_reason if self._stop_reason in _DRAIN_OUTCOMES else ""
-            self.queues.close()
+            self.queues.close(drain_outcome, drain_detail)
             self.outage.close()
             for key in self.keys:
                 key.limiter.stop_taking()

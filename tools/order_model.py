@@ -18,8 +18,9 @@ import heapq
 import random
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
-__all__ = ["GapResult", "best_gap", "simulate"]
+__all__ = ["GapResult", "best_gap", "round_trip_sampler", "simulate"]
 
 RATE = 20
 WINDOW_MS = 1001
@@ -41,6 +42,11 @@ def _latency(rng: random.Random, max_ms: int, dist: str) -> int:
     if dist == "exponential":
         return round(rng.expovariate(2 / max_ms)) if max_ms else 0
     return rng.randint(0, max_ms)
+
+
+def round_trip_sampler(max_latency_ms: int, dist: str, rng: random.Random) -> Callable[[], int]:
+    """Round trips (ms) as the server makes them: an incoming and an outgoing latency, each drawn alike."""
+    return lambda: _latency(rng, max_latency_ms, dist) + _latency(rng, max_latency_ms, dist)
 
 
 def simulate(gap_ms: float, max_latency_ms: int, *, dist: str = "uniform", sends: int = 20_000,

@@ -102,11 +102,11 @@ def assert_one_accepted_record_each(store, count: int) -> dict[str, list[dict]]:
 
 
 def assert_no_strike(server) -> dict:
-    """No 429, no key blocked; invalid nonces only as rare as the order rule's bet allows on one host
-    (a thread descheduled between drawing its nonce and sending it can be overtaken)."""
+    """No 429, no key blocked; invalid nonces only as rare as the order rule's bet allows (they cost only
+    their slot; a thread descheduled between drawing its nonce and sending it can be overtaken)."""
     totals = server.stats()["totals"]
     assert totals["rate_limited"] == 0 and totals["blocked"] == 0
-    assert totals["invalid_nonce"] * 1000 <= max(totals["accepted"], 1000)
+    assert totals["invalid_nonce"] * 50 <= max(totals["accepted"], 100)
     return totals
 
 

@@ -26,6 +26,24 @@ def test_daemon_run_against_the_reference_server(start_server, tmp_path, threads
     assert all(json.loads(line)["reason"] == "shutdown" for line in graveyard)
 
 
+def test_far_from_the_exchange_the_order_rule_bets_nonces_never_a_strike_and_loses_nothing(start_server, tmp_path):
+    # 0-150 ms each way: the learnt gap lets some sends be overtaken inside the server (a 400 that cost only
+    # its slot, sent again under a fresh nonce); the window rule still allows no strike.
+    server = start_server("--max-latency-ms", "150", "--seed", "7")
+    source = tmp_path / "in.jsonl"
+    ids = [f"far-{n}" for n in range(1, 601)]
+    source.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    result, summary = run_client(server, tmp_path, "--source", str(source), "--duration", "90", timeout=120)
+    assert result.returncode == 0, result.stdout
+    assert summary["stop_reason"].startswith("input done") and summary["identity_holds"]
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(ids) and {r["outcome"] for r in records} == {"accepted"}
+    totals = server.stats()["totals"]
+    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    assert totals["invalid_nonce"] > 0  # the rule bet on nonces, as it should when they cost only a slot
+    assert set(server.accepted()) == set(ids) and set(server.accepted().values()) == {1}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_the_daemon_cleanly(start_server, client_process, tmp_path, sig):
     server = start_server("--max-latency-ms", "5")

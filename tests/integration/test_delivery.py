@@ -80,7 +80,7 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
         config, source=JsonLinesSource(str(source), state_dir=str(state), resume=resume),
         graveyard=Graveyard(config.graveyard), keys=keys, keep_unsent=True,
         results=Results(str(results), durable=True, write=FillingDisk(room=8_000)),
-        journal=SendJournal(str(results), durable=True),
+        journal=SendJournal(str(results), durable=True, settled=True),
         transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
     )
     summary = daemon.run()

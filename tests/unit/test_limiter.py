@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -11,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import FakeClock
 from thread_client.errors import LimiterClosed, LimiterTimeout
+from thread_client.limits.order_rule import OrderRule
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 
@@ -110,12 +112,12 @@ def test_an_older_answer_does_not_open_the_order_gate(clock):
     assert delay_of(lim) == pytest.approx(0.055)
 
 
-def test_invalid_nonce_widens_the_order_latency_and_skips_nonces(clock):
-    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, nonces=NonceGenerator(clock=lambda: 100))
+def test_an_invalid_nonce_skips_nonces_ahead_and_is_told_to_the_order_rule(clock):
+    rule = OrderRule(0.05)
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, order_rule=rule,
+                                nonces=NonceGenerator(clock=lambda: 100))
     last = lim.acquire(timeout=0).nonce
-    first = lim.note_invalid_nonce()
-    second = lim.note_invalid_nonce()
-    assert 0.05 < first < second == lim.state().order_latency
+    assert lim.note_invalid_nonce() == lim.note_invalid_nonce() == 0.05  # the gap is the rule's, not widened
     clock.advance(1)
     assert lim.acquire(timeout=0).nonce > last + 1000 + 2000
 
@@ -128,32 +130,39 @@ def test_a_strike_holds_the_key_a_window_plus_the_unanswered_hold_and_widens_it(
     assert lim.state().held
 
 
-def test_accepted_answers_reset_the_skip_ahead_and_narrow_the_order_latency_back(clock):
+def test_accepted_answers_reset_the_skip_ahead(clock):
     lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, nonces=NonceGenerator(clock=lambda: 100))
     for _ in range(3):
         lim.note_invalid_nonce()
-    widened = lim.state().order_latency
-    assert widened > 0.09
     before = lim.acquire(timeout=0)
     lim.release(before, answered_at=clock(), accepted=True)  # in step again: the next skip is small
     lim.note_invalid_nonce()
     clock.advance(2)
     after_skip = lim.acquire(timeout=0)
-    lim.release(after_skip, answered_at=clock())
     assert after_skip.nonce - before.nonce < 2_000  # a 1 ms skip again, not the 8 ms of a fourth doubling
-    widened = lim.state().order_latency
-    for _ in range(199):
-        clock.advance(0.1)
-        lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
-    assert lim.state().order_latency == widened  # not yet: 200 clean answers make one step
-    clock.advance(0.1)
-    lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
-    narrowed = lim.state().order_latency
-    assert narrowed == pytest.approx(0.05 + (widened - 0.05) * 0.9)
-    for _ in range(200 * 60):
-        clock.advance(0.1)
-        lim.release(lim.acquire(timeout=0), answered_at=clock(), accepted=True)
-    assert 0.05 <= lim.state().order_latency < 0.0502  # back at the configured value (within 0.2 ms), never below
+
+
+def test_the_order_gap_is_the_rules_and_each_answered_first_send_teaches_it(clock):
+    rule = OrderRule(0.05, warm_up=4, every=4)
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, order_rule=rule)
+    for _ in range(8):  # answers 10 ms after each send: nothing can overtake a send more than 10 ms later
+        permit = lim.acquire(timeout=0)
+        clock.advance(0.010)
+        lim.release(permit, answered_at=clock(), accepted=True)
+        clock.advance(0.5)
+    assert rule.gap < 0.05 and lim.state().order_latency == rule.gap
+    first = lim.acquire(timeout=0)
+    assert delay_of(lim) == pytest.approx(rule.gap)
+    resend = lim.acquire(timeout=0, resend_of=first)
+    lim.release(resend, answered_at=clock() + 5)  # a resend's round trip says nothing of the host's latency
+    assert rule.samples == 8
+
+
+def test_one_request_in_flight_per_key_ignores_the_rule(clock):
+    rule = OrderRule(0.001, warm_up=1, every=1)
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=math.inf, order_rule=rule)
+    lim.acquire(timeout=0)
+    assert delay_of(lim) == math.inf
 
 
 def test_timeout_is_raised_when_the_deadline_passes_while_waiting():
@@ -254,13 +263,17 @@ latency_ms = st.one_of(st.sampled_from([0, 50, 56]), st.integers(0, 56))
     concurrency=st.integers(1, 3),
     epoch_fraction=st.floats(0, 0.999),
     latencies=st.lists(st.tuples(latency_ms, latency_ms, st.floats(0, 0.0009)), min_size=1, max_size=120),
+    learnt=st.booleans(),
 )
-def test_admitted_stream_never_breaks_the_server_rule(rate, concurrency, epoch_fraction, latencies):
+def test_admitted_stream_never_breaks_the_server_rule(rate, concurrency, epoch_fraction, latencies, learnt):
     """Virtual time: each send is stamped after an incoming delay (worst case up to 56 ms, more than the
     contract's 50) and answered after an outgoing one; the server's integer-ms ring never refuses, and
-    with the order latency above the largest incoming delay the stamps come in send (= nonce) order."""
+    nonces leave in the order they are drawn. With a fixed order latency above the largest incoming
+    delay the stamps also come in send (= nonce) order; a learnt gap may bet on that, never on the ring."""
     clock = FakeClock(start=50.0)
-    lim = ThreadSafeRateLimiter(rate, clock=clock, order_latency=0.057, nonces=NonceGenerator(clock=lambda: 0))
+    rule = OrderRule(0.057, warm_up=4, every=4) if learnt else None
+    lim = ThreadSafeRateLimiter(rate, clock=clock, order_latency=0.057, order_rule=rule,
+                                nonces=NonceGenerator(clock=lambda: 0))
     in_flight: list[tuple[float, object]] = []
     stamps: list[tuple[float, int]] = []
     for incoming, outgoing, jitter in latencies:
@@ -282,8 +295,11 @@ def test_admitted_stream_never_breaks_the_server_rule(rate, concurrency, epoch_f
         in_flight.append((stamp + outgoing / 1000, permit))
     stamps_ms = [int((stamp + epoch_fraction) * 1000) for stamp, _ in stamps]
     assert server_refusals(stamps_ms, rate) == 0
-    nonces_by_arrival = [nonce for _, nonce in sorted(stamps)]
-    assert nonces_by_arrival == sorted(nonces_by_arrival)
+    nonces_by_send = [nonce for _, nonce in stamps]
+    assert all(a < b for a, b in zip(nonces_by_send, nonces_by_send[1:]))
+    if not learnt:
+        nonces_by_arrival = [nonce for _, nonce in sorted(stamps)]
+        assert nonces_by_arrival == sorted(nonces_by_arrival)
 
 
 def test_a_resend_reuses_its_nonce_and_place_and_passes_only_its_own_order_gate(clock):

@@ -167,3 +167,14 @@ def test_graveyard_lines_stay_whole_under_threads(tmp_path, clock):
     lines = (tmp_path / "g.jsonl").read_text().splitlines()
     assert len(lines) == 800 and len({json.loads(line)["req_id"] for line in lines}) == 800
     assert len(graveyard) == 800 and graveyard.by_outcome() == {"shutdown": 800}
+
+
+def test_a_request_refused_after_close_is_buried_as_the_drain_buries_the_rest(tmp_path):
+    # The producer's put can lose the race with a stop for a wrong endpoint: its request must say why, as the
+    # drained ones do, not a bare "shutdown".
+    manager = QueueManager(Graveyard(tmp_path / "graveyard.jsonl"), queue_size=1)
+    manager.close(FinalOutcome.SHUTDOWN, "endpoint not found")
+    assert not manager.submit(Request("late", 0.0))
+    manager.graveyard.close()
+    (record,) = (json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines())
+    assert record["reason"] == "shutdown: endpoint not found"

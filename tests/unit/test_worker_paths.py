@@ -421,6 +421,37 @@ def test_exactly_once_a_transport_that_raises_a_bug_is_a_send_in_doubt_settled_w
     rig.assert_clean()
 
 
+def test_exactly_once_a_transport_bug_that_repeats_ends_the_settling_unknown():
+    def bug(call: Call) -> Step:
+        raise RuntimeError("a transport with a bug")
+
+    rig = Rig(bug, bug, bug, delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] * 3  # asked with its own nonce, then given up on: never a fresh one
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1}
+    rig.assert_clean()
+
+
+class StaleCountFails(Metrics):
+    """Metrics that fail with an OSError (a socket-based listener) when told of a replaced connection."""
+
+    def stale_connection(self) -> None:
+        raise OSError(32, "Broken pipe")
+
+
+def test_exactly_once_an_os_error_after_an_accepted_send_never_sends_it_again():
+    rig = Rig(ok("r1", replaced_stale=True), delivery=EXACTLY_ONCE, metrics=StaleCountFails())
+    rig.submit("r1")
+    rig.worker.start()
+    try:
+        wait_for(lambda: rig.queues.counts().graveyard + rig.queues.counts().accepted == 1, timeout=BOUND)
+    finally:
+        rig.stop_taking()
+        rig.worker.join(BOUND)
+    assert rig.transport.nonces == [FIRST]  # not handed back as if its journal line had failed
+
+
 def test_exactly_once_a_bug_after_a_send_ends_the_request_unknown_and_the_key_sends_again():
     rig = Rig(AnswerTimedOut("timed out"), ok("r2"), delivery=EXACTLY_ONCE, metrics=CountingFailsOnce())
     rig.submit("r1")

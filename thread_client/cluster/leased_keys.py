@@ -20,6 +20,7 @@ from ..errors import StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
+from ..limits.order_rule import OrderRule
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import Keyspace
@@ -55,6 +56,7 @@ class LeasedKeyPool(BaseKeyPool):
         window: float,
         order_latency: float,
         unanswered_hold: float,
+        order_rule: OrderRule | None = None,
         lease_ttl: float = defaults.LEASE_TTL,
         keyspace: Keyspace = Keyspace(),
         clock: Clock = monotonic,
@@ -72,7 +74,7 @@ class LeasedKeyPool(BaseKeyPool):
                              margin=max(0.05, lease_ttl / 10), clock=clock)
             nonces = NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
-                rate, name=name, window=window, order_latency=order_latency,
+                rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
             )
             key = ApiKey(secret, limiter, may_send=lease.may_send, name=name)

@@ -100,6 +100,7 @@ class QueueManager:
         self._left = 0
         self._in_flight = 0
         self._closed = False
+        self._refused_as: tuple[FinalOutcome, str] = (FinalOutcome.SHUTDOWN, "")  # for a submit after close()
 
     def __repr__(self) -> str:
         return f"<QueueManager {self.counts().identity()}>"
@@ -122,7 +123,9 @@ class QueueManager:
         if self._keep_unsent:
             self._leave(1)
         else:
-            self._record_burial_unsent(request, FinalOutcome.SHUTDOWN)
+            with self._lock:
+                outcome, detail = self._refused_as
+            self._record_burial_unsent(request, outcome, detail)
             with self._lock:
                 self._count_finished()
         return False
@@ -255,12 +258,15 @@ class QueueManager:
 
     # -- shutdown and metrics -------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, outcome: FinalOutcome = FinalOutcome.SHUTDOWN, detail: str = "") -> None:
         """Stop: every thread blocked on the main queue (producer, workers), the DLQ (the requeue
         thread) or the settling (the producer at the end of its input) wakes at once, and no more
-        work is put or taken; retries and hand-backs still land in the DLQ, for ``drain()``."""
+        work is put or taken; retries and hand-backs still land in the DLQ, for ``drain()``. A
+        request ``submit`` is refused from now on is buried with ``outcome`` and ``detail``, as
+        the drain buries the others (unless unsent requests are kept)."""
         with self._lock:
             self._closed = True
+            self._refused_as = (outcome, detail)
             self._settled_all.notify_all()
         self._main.close()
         self._dlq.close()

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 # What a first send over a kept connection the server had closed reads as: ambiguous, and at-least-once
 # sends it once more with the same nonce.
 _STALE = Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request")
+# Settling gives up (the request ends unknown) after this many sends in a row the transport failed on
+# with an error of no known kind: a bug that repeats would otherwise hold the key for as long as it lasts.
+_BUGS_BEFORE_GIVING_UP = 3
 
 
 class Worker(ManagedThread):
@@ -81,8 +84,10 @@ class Worker(ManagedThread):
         self._lease_poll = lease_poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
         self._holding: Request | None = None
-        # The permit of the held request's latest send, once its bytes may have left (this thread only).
+        # The permit of the held request's latest send, once its bytes may have left, until an answer
+        # settles it (this thread only).
         self._in_doubt: Permit | None = None
+        self._transport_bugs = 0  # sends in a row the transport failed on with an error of no known kind
 
     def work(self) -> None:
         """The worker loop. If anything escapes it, the request held is handed back first, so the
@@ -146,9 +151,11 @@ class Worker(ManagedThread):
         sent_at = self._clock()
         try:
             reading, retry_after = self._exchange(permit, request)
-        except (KeyNotHeld, OSError):  # the journal could not be written: nothing left, another try later
+        except KeyNotHeld:  # the journal could not be written, or the lease ended: nothing left, another try later
             self._hand_back(request)
             return
+        if not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED:
+            self._in_doubt = None  # refused: whatever raises from here on, the send was surely not accepted
         if reading is _STALE:
             self._listener.stale_connection()
         elif self._settles and reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous:
@@ -278,6 +285,9 @@ class Worker(ManagedThread):
                 return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} ended before nonce {first.nonce} "
                                                 "was settled")
             reading, retry_after = self._exchange(permit, request)
+            if self._transport_bugs >= _BUGS_BEFORE_GIVING_UP:
+                return Reading(Outcome.UNKNOWN, f"the transport kept failing before nonce {first.nonce} on "
+                                                f"{self.key.name} was settled")
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
             if reading.outcome is Outcome.INVALID_NONCE:
@@ -371,6 +381,9 @@ class Worker(ManagedThread):
         if self._journal is not None and not permit.resend:  # a resend repeats a send already written down
             try:
                 self._journal.sending(request, self.key.id, permit.nonce)
+            except OSError as exc:  # a full disk: nothing was sent, and nothing may be until it is written down
+                limiter.cancel(permit)
+                raise KeyNotHeld(self.key.name) from exc
             except BaseException:
                 limiter.cancel(permit)  # nothing was sent
                 raise
@@ -396,11 +409,14 @@ class Worker(ManagedThread):
             log.exception("%s: the transport failed sending nonce %d", self.key.name, permit.nonce)
             request.note_attempt(self.key.name, permit.nonce, None, b"")
             limiter.release(permit, answered_at=None)
+            self._transport.close()  # it may be left mid-request: the next send starts on a fresh connection
+            self._transport_bugs += 1
             return Reading(Outcome.CONNECTION_RESET, f"the transport failed: {exc!r}"), None
         except BaseException:
             limiter.release(permit, answered_at=None)
             raise
         answered_at, accepted = self._clock(), False
+        self._transport_bugs = 0
         try:
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
             reading = classify(answer.status, answer.body, request.req_id)
@@ -440,8 +456,8 @@ class Worker(ManagedThread):
                     "%s: the server asked for a pause: no send on this key for %.1f s%s",
                     self.key.name, action.key_delay, capped)
         elif action.key is KeyStep.RESYNC:
-            order_latency = limiter.note_invalid_nonce()
-            log.warning("%s: 400 invalid nonce; order latency widened to %.1f ms", self.key.name, 1000 * order_latency)
+            gap = limiter.note_invalid_nonce()  # the order rule's bet lost: it costs the slot, nothing more
+            log.debug("%s: 400 invalid nonce; order gap %.1f ms", self.key.name, 1000 * gap)
         elif action.key is KeyStep.RETIRE and self.key.retire(action.reason):
             self._on_key_retired(self.key, reading.detail)
         if action.stop:

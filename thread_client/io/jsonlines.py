@@ -103,6 +103,7 @@ class JsonLinesFile:
     def append(self, record: dict) -> None:
         line = json.dumps(record)
         with self._lock:
+            fd = self._fd  # the file this line went to, synced below even if a close comes meanwhile
             try:
                 self._write_all((b"\n" if self._torn else b"") + (line + "\n").encode())
                 failure = None
@@ -112,7 +113,7 @@ class JsonLinesFile:
                 first = len(self._unwritten) == 1
         if failure is None and self._commit is not None:
             try:
-                self._commit.sync(self._fd)
+                self._commit.sync(fd)
                 return
             except OSError as exc:
                 failure = exc

@@ -22,16 +22,19 @@ class SendJournal(JsonLinesOutput):
     left, and send the last one of each key again with its own nonce. ``durable``: each line is on
     the disk before its send leaves (group-committed), so even a power loss cannot hide a send."""
 
-    def __init__(self, results_path: str, *, durable: bool = False) -> None:
+    def __init__(self, results_path: str, *, durable: bool = False, settled: bool = False) -> None:
         self.path = f"{results_path}.sent"
         self._file = JsonLinesFile(self.path, durable=durable, exclusive=True)
+        # Exactly-once: each line says so, and only such lines are settled by a restart; a send of an
+        # at-least-once run may have been overtaken on its key (a 400 that would read as an accept).
+        self._mark = {"once": True} if settled else {}
 
     def __repr__(self) -> str:
         return f"<SendJournal {self.path}>"
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
         """Write down that ``request`` leaves now on the key whose id is ``key``, with ``nonce``."""
-        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params})
+        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params, **self._mark})
 
     def answered(self, request: Request, key: str, nonce: int) -> None:
         """Write down that the send of ``nonce`` was answered without being accepted: a restart must
@@ -80,8 +83,9 @@ class ResumePoint:
                 self.invalid_lines.add(str(record.get("where", "")))
             else:
                 self.skip.add(str(record.get("id", "")))
-        # Per key id, its last send and whether an answer to it was written down; per id, the key
-        # whose last send is that id's. Both hold at most one entry per key.
+        # Per key id, its last send and whether it is beyond doubt (answered, moved on to another key, or
+        # written by an at-least-once run); per id, the key whose last send is that id's latest. Both
+        # hold at most one entry per key.
         last_on_key: dict[str, tuple[EarlierSend, bool]] = {}
         key_of_last: dict[str, str] = {}
         for record in _records(Path(f"{results_path}.sent")):
@@ -99,12 +103,12 @@ class ResumePoint:
             if earlier_key is not None and earlier_key != send.key:  # it moved on: its send there was answered
                 last_on_key[earlier_key] = (last_on_key[earlier_key][0], True)
             replaced = last_on_key.get(send.key)
-            if replaced is not None and replaced[0].id != send.id:
-                key_of_last.pop(replaced[0].id, None)
-            last_on_key[send.key] = (send, False)
+            if replaced is not None and key_of_last.get(replaced[0].id) == send.key:
+                del key_of_last[replaced[0].id]  # its latest send is no key's last any more
+            last_on_key[send.key] = (send, record.get("once") is not True)
             key_of_last[send.id] = send.key
-        self.unsettled = {key: send for key, (send, answered) in last_on_key.items()
-                          if not answered and send.id not in self.skip} if settle_earlier else {}
+        self.unsettled = {key: send for key, (send, beyond_doubt) in last_on_key.items()
+                          if not beyond_doubt and send.id not in self.skip} if settle_earlier else {}
         for send in self.unsettled.values():
             self.skip.add(send.id)
 

@@ -11,6 +11,7 @@ from ..clock import Clock, monotonic
 from .host_state import KeyState
 from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
+from .order_rule import OrderRule
 
 __all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
 
@@ -163,6 +164,7 @@ class HostKeyPool(BaseKeyPool):
         window: float,
         order_latency: float,
         unanswered_hold: float,
+        order_rule: OrderRule | None = None,
         clock: Clock = monotonic,
     ) -> "HostKeyPool":
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
@@ -176,7 +178,7 @@ class HostKeyPool(BaseKeyPool):
                 states.append(state)
                 nonces = NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 limiter = ThreadSafeRateLimiter(
-                    rate, name=name, window=window, order_latency=order_latency,
+                    rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                     unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
                 )
                 keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),

@@ -8,9 +8,9 @@ between the send and the answer. Two rules pace the sends of one key:
   back (``s <= answer``). A request that got no answer holds its slot for
   ``unanswered_hold`` seconds more, since when (or whether) it was stamped is unknown.
 * Order rule (bets only a nonce retry): the next send waits until the previous
-  send on the key was answered, or ``order_latency`` seconds after it, whichever
-  comes first, so two requests cannot swap inside the server. A 400 invalid nonce
-  widens ``order_latency`` at once.
+  send on the key was answered, or a gap after it, whichever comes first: the
+  gap an ``OrderRule`` learns from the answers (the most accepted requests per
+  second), or a fixed ``order_latency`` (infinite: one request in flight).
 
 The nonce of each send is drawn in the same critical section that orders the
 send, so nonces leave in the order the server must see them.
@@ -26,16 +26,13 @@ from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
+from .order_rule import OrderRule
 
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
 
 _IN_FLIGHT = math.inf
 _FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
-# After this many accepted answers in a row, a widened order latency narrows by a tenth of the way
-# back (never below the configured value): ~10 s per step at 20 accepted/s per key.
-_NARROW_AFTER = 200
-_NARROW_FACTOR = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +82,7 @@ class ThreadSafeRateLimiter:
         window: float = defaults.WINDOW,
         order_latency: float = defaults.ORDER_LATENCY,
         unanswered_hold: float = defaults.HTTP_TIMEOUT,  # an answer can come no later than the HTTP timeout
-        max_order_latency: float = 0.5,
+        order_rule: OrderRule | None = None,
         nonces: NonceGenerator | None = None,
         clock: Clock = monotonic,
     ) -> None:
@@ -97,19 +94,20 @@ class ThreadSafeRateLimiter:
         self.nonces = nonces if nonces is not None else NonceGenerator()
         self._clock = clock
         self._unanswered_hold = unanswered_hold
-        self._max_order_latency = max(max_order_latency, order_latency)
+        # The learnt gap, shared with the host's other keys; none for a fixed order latency (or one in flight).
+        self._order_rule = order_rule if math.isfinite(order_latency) else None
         # Guards every field below. `_changed` is notified whenever a send may have
         # become possible sooner (a slot freed, the order gate opened) and on close.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._window = window
         self._order_latency = order_latency
-        self._configured_order_latency = order_latency
-        self._clean_answers = 0
         self._free_at = [-math.inf] * rate  # monotonic time each slot frees; _IN_FLIGHT while unanswered
         self._order_open_at = -math.inf
         self._held_until = -math.inf
         self._sequence = 0
+        self._last_sent_at = -math.inf  # the latest first send's departure, and whether it is answered yet
+        self._last_answered = True
         self._nonce_skip = _FIRST_NONCE_SKIP  # doubles with every invalid nonce, back to the first on an accept
         self._closed = False
         self._taking = True  # False once the daemon stops: wait_ready() refuses, permits out are still given back
@@ -144,7 +142,14 @@ class ThreadSafeRateLimiter:
         self._free_at[slot] = _IN_FLIGHT
         if resend_of is not None:
             return Permit(slot, nonce, now, resend_of.sequence, resend=True)
-        self._order_open_at = now + self._order_latency
+        rule = self._order_rule
+        if rule is not None:
+            if not self._last_answered:
+                rule.sent_after(now - self._last_sent_at)
+            self._order_open_at = now + rule.gap
+        else:
+            self._order_open_at = now + self._order_latency
+        self._last_sent_at, self._last_answered = now, False
         self._sequence += 1
         return Permit(slot, nonce, now, self._sequence)
 
@@ -204,24 +209,21 @@ class ThreadSafeRateLimiter:
         """Give back a permit: ``answered_at`` is when its answer arrived, None if none did.
 
         ``accepted``: the answer accepted the request, so the key's nonces are in step with the
-        server (the skip-ahead starts small again) and its order rule held (a long enough run of
-        these narrows a widened order latency back towards the configured one).
+        server (the skip-ahead starts small again). The round trip of an answered first send is
+        told to the order rule.
         """
         with self._changed:
             if accepted:
                 self._nonce_skip = _FIRST_NONCE_SKIP
-                self._clean_answers += 1
-                if self._clean_answers >= _NARROW_AFTER:
-                    self._clean_answers = 0
-                    excess = self._order_latency - self._configured_order_latency
-                    if math.isfinite(excess):  # an infinite order latency (one in flight) stays so
-                        self._order_latency = self._configured_order_latency + excess * _NARROW_FACTOR
             if answered_at is None:
                 self._free_at[permit.slot] = self._clock() + self._window + self._unanswered_hold
             else:
                 self._free_at[permit.slot] = answered_at + self._window
                 if permit.sequence == self._sequence:
                     self._order_open_at = min(self._order_open_at, answered_at)
+                    self._last_answered = True
+                if self._order_rule is not None and not permit.resend:
+                    self._order_rule.answered(answered_at - permit.sent_at)
             # A waiter may have seen this slot in flight (no known free time): let it look again.
             self._changed.notify_all()
 
@@ -233,6 +235,7 @@ class ThreadSafeRateLimiter:
             self._free_at[permit.slot] = -math.inf
             if permit.sequence == self._sequence and not permit.resend:
                 self._order_open_at = -math.inf
+                self._last_answered = True
             self._changed.notify_all()
 
     def give_up_order(self, permit: Permit) -> None:
@@ -253,15 +256,18 @@ class ThreadSafeRateLimiter:
             return self._window
 
     def note_invalid_nonce(self) -> float:
-        """A 400 invalid nonce: widen the order latency at once and push the nonces ahead, twice
-        as far each time, so a server far ahead of this key's nonces is caught up in a few steps.
-        Returns the new order latency."""
+        """A 400 invalid nonce: tell the order rule, and push the nonces ahead, twice as far each
+        time until an accept, so a server far ahead of this key's nonces is caught up in a few
+        steps. Returns the order gap now."""
         with self._changed:
-            self._clean_answers = 0
-            self._order_latency = min(self._max_order_latency, self._order_latency * 1.25 + 0.002)
+            if self._order_rule is not None:
+                self._order_rule.refused()
             self.nonces.skip_ahead(self._nonce_skip)
             self._nonce_skip = min(self._nonce_skip * 2, _MAX_NONCE_SKIP)
-            return self._order_latency
+            return self._gap()
+
+    def _gap(self) -> float:
+        return self._order_rule.gap if self._order_rule is not None else self._order_latency
 
     def hold(self, seconds: float) -> None:
         """Allow no send for ``seconds`` from now (e.g. a window at start-up, for the stamps
@@ -290,7 +296,7 @@ class ThreadSafeRateLimiter:
                 in_flight=sum(1 for t in self._free_at if t == _IN_FLIGHT),
                 ready_in=self._delay_until_free(now),
                 window=self._window,
-                order_latency=self._order_latency,
+                order_latency=self._gap(),
                 held=self._held_until > now,
                 closed=self._closed,
             )

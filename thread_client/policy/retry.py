@@ -100,7 +100,7 @@ class RetryPolicy:
 
     def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""
-        step = min(self.backoff_cap, self.backoff_base * 2 ** max(0, failures - 1))
+        step = min(self.backoff_cap, self.backoff_base * 2 ** min(max(0, failures - 1), 64))  # no float overflow
         return step / 2 + self.rng.uniform(0, step / 2)
 
     def decide(
