@@ -9,12 +9,14 @@ ends of the counted window; the server is also sampled every second for the plot
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -28,6 +30,7 @@ from .harness.processes import free_port
 from thread_client.config import DEFAULT_KEYS
 from .plots import new_figure, save_figure
 from .harness.server_process import REPO_ROOT, ServerProcess
+from .harness.tcp_proxy import TcpProxy
 from .order_model import best_gap
 from .harness.tls import tls_setup
 
@@ -117,6 +120,9 @@ class Mode:
     client_args: tuple[str, ...] = ()
     tls: bool = False
     input_lines: int = 0  # > 0: the client reads a generated JSON-lines file of that many requests
+    # > 0: the exchange moves this much farther away each way (a TCP proxy's delay) for the middle third of
+    # the counted window, then back; the model's bound is the base latency's (a fixed delay swaps nothing).
+    slowdown: float = 0.0
 
     def model_bound(self) -> float:
         """What the order model says the best fixed gap reaches, of the strike-free ceiling, for this row's
@@ -152,6 +158,9 @@ MODES = {
     # then has up to six requests in flight at the learnt gap (two threads would cap it at two per round trip).
     "far-90": Mode("saturate", server_args=("--max-latency-ms", "90"), client_args=FAR_CLIENT),
     "far-150": Mode("saturate", server_args=("--max-latency-ms", "150"), client_args=FAR_CLIENT),
+    # The reference latency, then 100 ms more each way for the middle third of the window, then back: the
+    # rule must follow the change both ways.
+    "latency-change": Mode("saturate", client_args=FAR_CLIENT, slowdown=0.1),
     # The same mean as far-90, with a long tail.
     "far-exponential": Mode("saturate", server_args=("--max-latency-ms", "90", "--latency-dist", "exponential"),
                             client_args=FAR_CLIENT),
@@ -179,10 +188,15 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
         server_args, client_args, context = server_args + list(tls.server_args), client_args + list(tls.client_args), tls.context
     if mode.input_lines:
         client_args += ["--source", str(write_requests(run_dir / "requests.jsonl", mode.input_lines))]
-    with ServerProcess("--keys-file", str(keys_file), *server_args, ssl_context=context) as server:
-        port = free_port()
+    with ServerProcess("--keys-file", str(keys_file), *server_args, ssl_context=context) as server, \
+            contextlib.ExitStack() as stack:
+        port, url = free_port(), server.url
+        if mode.slowdown:
+            proxy = stack.enter_context(TcpProxy(server.port))
+            url = f"http://127.0.0.1:{proxy.port}"
+            _slow_down_mid_window(proxy, mode.slowdown, warmup, seconds)
         command = client_command(
-            server.url, run_dir, "--keys-file", str(keys_file), "--load", mode.load, *client_args,
+            url, run_dir, "--keys-file", str(keys_file), "--load", mode.load, *client_args,
             "--duration", str(warmup + seconds + 1), "--metrics-port", str(port), "--log-level", "WARNING", *extra,
         )
         client = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
@@ -192,6 +206,14 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
             if client.poll() is None:
                 client.kill()
                 client.wait()
+
+
+def _slow_down_mid_window(proxy: TcpProxy, delay: float, warmup: float, seconds: float) -> None:
+    """Add ``delay`` to ``proxy`` for the middle third of the counted window (timers; the run ends them)."""
+    for at, value in ((warmup + seconds / 3, delay), (warmup + 2 * seconds / 3, 0.0)):
+        timer = threading.Timer(at, setattr, args=(proxy, "delay", value))
+        timer.daemon = True
+        timer.start()
 
 
 def _measure(
@@ -288,7 +310,7 @@ def format_table(rows: list[BenchRow]) -> str:
 # Far from the exchange, where invalid nonces cost only their slot: the share of the strike-free ceiling
 # each row must reach (the model's best fixed gap reaches 0.89 at 0-90 ms, 0.77 at 0-150 ms), and every
 # slow row within 5 % of what the model says the best fixed gap reaches at its latency.
-FAR_TARGETS = {"slow-server": 0.0, "far-90": 0.88, "far-150": 0.75, "far-exponential": 0.0}
+FAR_TARGETS = {"slow-server": 0.0, "far-90": 0.88, "far-150": 0.75, "far-exponential": 0.0, "latency-change": 0.0}
 
 
 def verdicts(row: BenchRow, rows: list[BenchRow]) -> list[str]:

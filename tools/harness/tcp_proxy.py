@@ -1,11 +1,12 @@
-"""A loopback TCP proxy that a test can cut: what one daemon sees when its link to the store breaks while
-the others' links (and its own link to the exchange) stay up."""
+"""A loopback TCP proxy that a test can cut or slow: what one daemon sees when its link to the store breaks
+while the others' links (and its own link to the exchange) stay up, or when the exchange moves farther away."""
 
 from __future__ import annotations
 
 import selectors
 import socket
 import threading
+import time
 from types import TracebackType
 
 __all__ = ["TcpProxy"]
@@ -13,7 +14,9 @@ __all__ = ["TcpProxy"]
 
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``target_port``. ``cut()`` drops every connection and refuses new
-    ones (closed at once, like a firewall's reset) until ``restore()``."""
+    ones (closed at once, like a firewall's reset) until ``restore()``. ``delay``: seconds each chunk
+    waits before it is forwarded, either way (a request and its answer each take it once more); it
+    may be changed at any time."""
 
     def __init__(self, target_port: int) -> None:
         self._target = ("127.0.0.1", target_port)
@@ -23,6 +26,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._cut = False
+        self.delay = 0.0
         self._closed = threading.Event()
         self._accepting = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
 
@@ -64,6 +68,8 @@ class TcpProxy:
                         data = ready.fileobj.recv(65536)
                         if not data:
                             return
+                        if self.delay:
+                            time.sleep(self.delay)
                         ready.data.sendall(data)
                     if self._closed.is_set():
                         return
