@@ -117,7 +117,7 @@ def assert_clean_run(summary: dict, server_stats: dict) -> None:
     # Invalid nonces cost only their slot: the order rule bets on them where that gets more accepted, and a
     # thread descheduled between its nonce and its send (a loaded CI machine) can be overtaken. A broken
     # nonce order would cost far more than this.
-    assert totals["invalid_nonce"] * 50 <= max(totals["accepted"], 100)
+    assert totals["invalid_nonce"] * 500 <= max(totals["accepted"], 1000)
     assert totals["accepted"] == summary["accepted"] > 0
 
 

@@ -155,7 +155,7 @@ MODES = {
     # A server twice as slow as the reference (0-100 ms each way): the order rule must learn it.
     "slow-server": Mode("saturate", server_args=("--max-latency-ms", "100")),
     # Far from the exchange: round trips of 0-180 and 0-300 ms that vary from one request to the next. A key
-    # then has up to six requests in flight at the learnt gap (two threads would cap it at two per round trip).
+    # then has several requests in flight at the learnt gap (two threads would cap it at two per round trip).
     "far-90": Mode("saturate", server_args=("--max-latency-ms", "90"), client_args=FAR_CLIENT),
     "far-150": Mode("saturate", server_args=("--max-latency-ms", "150"), client_args=FAR_CLIENT),
     # The reference latency, then 100 ms more each way for the middle third of the window, then back: the
@@ -178,6 +178,7 @@ def write_requests(path: Path, count: int) -> Path:
 
 def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str]) -> BenchRow:
     mode = MODES[name]
+    model_bound = mode.model_bound()  # before anything starts: it is a few tenths of a second of CPU
     keys_file = workdir / "keys.txt"
     keys_file.write_text("\n".join(keys) + "\n")
     run_dir = workdir / name
@@ -201,7 +202,7 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
         )
         client = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
         try:
-            return _measure(name, keys, seconds, warmup, server, client, port, run_dir, mode.model_bound())
+            return _measure(name, keys, seconds, warmup, server, client, port, run_dir, model_bound)
         finally:
             if client.poll() is None:
                 client.kill()

@@ -112,12 +112,23 @@ def test_an_older_answer_does_not_open_the_order_gate(clock):
     assert delay_of(lim) == pytest.approx(0.055)
 
 
+class CountingRule(OrderRule):
+    def __init__(self) -> None:
+        super().__init__(0.05)
+        self.refusals = 0
+
+    def refused(self) -> None:
+        self.refusals += 1
+        super().refused()
+
+
 def test_an_invalid_nonce_skips_nonces_ahead_and_is_told_to_the_order_rule(clock):
-    rule = OrderRule(0.05)
+    rule = CountingRule()
     lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, order_rule=rule,
                                 nonces=NonceGenerator(clock=lambda: 100))
     last = lim.acquire(timeout=0).nonce
     assert lim.note_invalid_nonce() == lim.note_invalid_nonce() == 0.05  # the gap is the rule's, not widened
+    assert rule.refusals == 2
     clock.advance(1)
     assert lim.acquire(timeout=0).nonce > last + 1000 + 2000
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -22,7 +23,7 @@ def taught(rule: OrderRule, max_latency_ms: int, dist: str, answers: int = 400, 
     for _ in range(3):  # three rounds of refusals at the gap taken, as the exchange would return them
         result = simulate(1000 * rule.gap, max_latency_ms, dist=dist, sends=SENDS)
         for n in range(500):
-            rule.sent_after(rule.gap)
+            rule.sent(rule.gap)
             if n < round(500 * result.invalid_share):
                 rule.refused()
         for _ in range(64):  # one update of the rule's estimate
@@ -69,10 +70,35 @@ def test_more_refusals_than_predicted_lengthen_the_gap():
         trusting.answered(rtt)
         told.answered(rtt)
     for _ in range(200):  # sends far apart, each refused all the same: the latencies are not what they seem
-        told.sent_after(0.5)
+        told.sent(0.5)
         told.refused()
     for _ in range(64):
         rtt = draw() / 1000
         trusting.answered(rtt)
         told.answered(rtt)
     assert told.gap > trusting.gap
+
+
+def test_counted_refusals_start_with_one_request_in_flight_and_a_few_outliers_make_the_gap_long_not_short():
+    rule = OrderRule(0.055, cost=InvalidNonceCost.COUNTED)
+    assert rule.gap == math.inf  # nothing known yet: no bet on a refusal that counts
+    draw = round_trip_sampler(150, "uniform", random.Random(7))
+    for n in range(512):
+        rule.answered(2.0 if n % 200 == 0 else draw() / 1000)  # three answers two seconds late
+    assert rule.gap > 0.3  # past the outliers' spread: never back to the slots' pace, where a fifth swap
+
+
+def test_counted_refusals_above_the_limit_lengthen_the_gap_whatever_the_estimate_says():
+    # Round trips that look symmetric and narrow, while the latency before the stamp is what varies (or a
+    # client thread sends late): the estimate says nothing swaps, the refusals say otherwise.
+    draw = round_trip_sampler(50, "uniform", random.Random(9))
+    blind, told = OrderRule(0.055, cost=InvalidNonceCost.COUNTED), OrderRule(0.055, cost=InvalidNonceCost.COUNTED)
+    for update in range(8):
+        for n in range(64):
+            rtt = draw() / 1000
+            for rule in (blind, told):
+                rule.sent(None)
+                rule.answered(rtt)
+            if n % 10 == 0:  # one send in ten refused
+                told.refused()
+    assert told.gap > 1.5 * blind.gap

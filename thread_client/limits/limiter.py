@@ -13,7 +13,10 @@ between the send and the answer. Two rules pace the sends of one key:
   second), or a fixed ``order_latency`` (infinite: one request in flight).
 
 The nonce of each send is drawn in the same critical section that orders the
-send, so nonces leave in the order the server must see them.
+send, at least a gap after the previous one: nonces leave in the order the
+server must see them unless a thread is held up longer than the gap between its
+permit and its send (a reconnect, the interpreter's switch), which the order
+rule counts as one more lost bet.
 """
 
 from __future__ import annotations
@@ -144,8 +147,7 @@ class ThreadSafeRateLimiter:
             return Permit(slot, nonce, now, resend_of.sequence, resend=True)
         rule = self._order_rule
         if rule is not None:
-            if not self._last_answered:
-                rule.sent_after(now - self._last_sent_at)
+            rule.sent(None if self._last_answered else now - self._last_sent_at)
             self._order_open_at = now + rule.gap
         else:
             self._order_open_at = now + self._order_latency

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import math
 import threading
 from collections import deque
 
@@ -39,7 +40,7 @@ __all__ = ["InvalidNonceCost", "OrderRule"]
 _COUNTED_LIMIT = 0.005
 # Where the slots bind, the gap is this share of the slots' pace (both rules binding at once waste both).
 _INSIDE_SLOTS = 0.95
-_GRID_MS = 500  # gaps considered: 1 to 500 ms
+_GRID_MS = 2000  # gaps considered: 1 ms to 2 s
 _EVEN = 0.001  # accepted rates this close are as good as equal
 _SHORTEST = 0.002  # two sends of one key never leave closer than this (threads must not race the bytes)
 
@@ -54,9 +55,10 @@ class InvalidNonceCost(enum.Enum):
 class OrderRule:
     """The gap between two sends of one key, learnt from the round trips and the invalid nonces.
 
-    ``gap`` is read without a lock (a float swapped whole); ``answered``, ``sent_after`` and
+    ``gap`` is read without a lock (a float swapped whole); ``answered``, ``sent`` and
     ``refused`` are called by the limiters (under their own locks: this lock is always taken
-    last). Until ``warm_up`` round trips are known, the gap is ``start``.
+    last). Until ``warm_up`` round trips are known, the gap is ``start`` (with ``counted`` refusals:
+    infinite, one request in flight per key, since nothing is known to bet on).
     """
 
     def __init__(
@@ -70,7 +72,8 @@ class OrderRule:
         every: int = 64,
         warm_up: int = 64,
     ) -> None:
-        self.gap = start
+        # Counted refusals are not bet on before anything is known: one request in flight until then.
+        self.gap = math.inf if cost is InvalidNonceCost.COUNTED else max(_SHORTEST, start)
         self.cost = cost
         self._rate = rate
         self._window = window
@@ -84,6 +87,8 @@ class OrderRule:
         self._median = 0.0
         self._refused = 0.0  # invalid nonces seen, decayed at each update
         self._predicted = 0.0  # invalid nonces the estimate predicted for the gaps sent, decayed alike
+        self._sent = 0.0  # first sends, decayed alike
+        self._lengthen = 1.0  # counted: how much longer than the estimate the refusals seen ask for
 
     def __repr__(self) -> str:
         return f"<OrderRule gap={1000 * self.gap:.1f} ms cost={self.cost.value} samples={self.samples}>"
@@ -96,18 +101,21 @@ class OrderRule:
 
     def answered(self, round_trip: float) -> None:
         """A first send was answered ``round_trip`` seconds after it left (whatever the answer)."""
+        if not 0 <= round_trip < math.inf:  # no such answer: nothing to learn from it
+            return
         with self._lock:
             self._round_trips.append(round_trip)
             self._since_update += 1
             if self._since_update >= self._every and len(self._round_trips) >= self._warm_up:
                 self._update()
 
-    def sent_after(self, gap: float) -> None:
-        """A send left ``gap`` seconds after the previous send of its key, which is still unanswered:
-        the previous one is refused if this one overtakes it. Counted into the prediction."""
+    def sent(self, after_unanswered: float | None) -> None:
+        """A first send left, ``after_unanswered`` seconds after the previous send of its key if that
+        one is still unanswered (it is refused if this one overtakes it), else None."""
         with self._lock:
-            if self._sorted:
-                self._predicted += self._swap_chance(gap, 1.0)
+            self._sent += 1
+            if after_unanswered is not None and self._sorted:
+                self._predicted += self._swap_chance(after_unanswered, 1.0)
 
     def refused(self) -> None:
         """A send came back 400 invalid nonce."""
@@ -129,10 +137,20 @@ class OrderRule:
         slots_per_s = self._rate / (self._window + mean)
         # How far the refusals seen stray from the prediction (both start at one, so a few do not swing it).
         scale = min(4.0, max(0.5, (self._refused + 1) / (self._predicted + 1)))
+        counted = self.cost is InvalidNonceCost.COUNTED
+        if counted:  # the refusals themselves decide last: too many, and the gap grows whatever the estimate says
+            seen = self._refused / self._sent if self._sent else 0.0
+            self._lengthen = min(8.0, self._lengthen * 1.25) if seen > 2 * _COUNTED_LIMIT else max(
+                1.0, self._lengthen * 0.97)
         self._refused *= 0.9
         self._predicted *= 0.9
-        limit = _COUNTED_LIMIT if self.cost is InvalidNonceCost.COUNTED else 1.0
-        longest = min(_GRID_MS, int(1000 * (self._sorted[-1] - self._median)) + 2)  # past it, nothing swaps
+        self._sent *= 0.9
+        limit = _COUNTED_LIMIT if counted else 1.0
+        # Past the widest spread nothing swaps, and past the slots' pace a longer gap only slows the key: no
+        # gap beyond both can be better. Up to the slots' pace even a swap-free gap is taken as long as it
+        # can be (as good, and safer against a thread that sends late).
+        spread_ms = int(1000 * (self._sorted[-1] - self._median)) + 2
+        longest = min(_GRID_MS, max(spread_ms, int(1000 / slots_per_s) + 1))
         best_rate, best_gap, shortest_allowed = -1.0, longest / 1000, None
         for gap_ms in range(1, longest + 1):
             gap = gap_ms / 1000
@@ -144,8 +162,8 @@ class OrderRule:
             accepted = min(1 / gap, slots_per_s) * (1 - swap)
             if accepted >= best_rate * (1 - _EVEN):  # of two gaps as good, the longer: it bets less
                 best_rate, best_gap = max(best_rate, accepted), gap
-        inside = _INSIDE_SLOTS / slots_per_s
-        gap = min(best_gap, inside)
-        if shortest_allowed is not None:
-            gap = max(gap, shortest_allowed)
-        self.gap = max(_SHORTEST, gap)
+        if shortest_allowed is None:  # no gap keeps the refusals under the limit: the longest there is
+            self.gap = longest / 1000 * self._lengthen
+            return
+        gap = max(min(best_gap, _INSIDE_SLOTS / slots_per_s), shortest_allowed)
+        self.gap = max(_SHORTEST, gap * self._lengthen)

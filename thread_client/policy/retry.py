@@ -137,6 +137,11 @@ class RetryPolicy:
         if outcome is Outcome.EXPIRED:  # never sent, only waited its TTL out: back at once, renewed, for free
             return Action(RequestStep.RETRY, reason=outcome.value, spend=False)
         key = _KEY_STEPS.get(outcome, KeyStep.KEEP)
+        if outcome is Outcome.INVALID_NONCE and unsent < _FREE_INVALID_NONCES:
+            # The order rule's bet lost (a later send overtook it): not the request's fault, and the
+            # slot is spent already. At once, for free; past a few dozen in a row (the skip-ahead has
+            # then run an hour ahead) something else is wrong, and the retries count again.
+            return Action(RequestStep.RETRY, key, reason=outcome.value, spend=False)
         if retry_after is not None and outcome in (Outcome.RATE_LIMITED, Outcome.UNAVAILABLE):
             # The server named its pause: the key waits it out, the request goes to another key for free.
             pause = min(retry_after, self.max_retry_after)
@@ -148,4 +153,5 @@ class RetryPolicy:
 
 
 _NO_ANSWER = (Outcome.TIMEOUT, Outcome.CONNECTION_RESET)
+_FREE_INVALID_NONCES = 24
 _KEY_STEPS = {Outcome.RATE_LIMITED: KeyStep.HOLD, Outcome.INVALID_NONCE: KeyStep.RESYNC}
