@@ -11,9 +11,9 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Callable
 
 from . import defaults
+from .arguments import bounded
 from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
@@ -56,23 +56,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _bounded(kind: type[int] | type[float], low: float, high: float, unit: str = "") -> Callable[[str], float]:
-    """An argparse ``type`` that reads a finite number within [low, high]; the message names the unit."""
-    shown = f" {unit}" if unit else ""
-
-    def read(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None
-        if not (math.isfinite(value) and low <= value <= high):
-            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}{shown}, got {text}")
-        return value
-
-    read.__name__ = kind.__name__  # argparse names the type in its own messages
-    return read
-
-
 def _ms(seconds: float) -> float:
     """A default in seconds as the command line shows it, in milliseconds (``1.001`` -> ``1001``)."""
     ms = round(seconds * 1000, 3)
@@ -93,41 +76,41 @@ def _parser() -> argparse.ArgumentParser:
         help="the exchange: its base (http[s]://HOST[:PORT]) or the full endpoint (.../api/request) (default %(default)s)")
     add("--ca-file", metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
     add("--keys-file", metavar="PATH", help="file with one API key per line ('#' comments allowed)")
-    add("--rate", type=_bounded(int, 1, 10_000), default=defaults.RATE,
+    add("--rate", type=bounded(int, 1, 10_000), default=defaults.RATE,
         help="requests per key per window, as the server enforces (default %(default)s)")
-    add("--window-ms", type=_bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
+    add("--window-ms", type=bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
         help="a slot frees this long after its answer (default %(default)s)")
-    add("--order-latency-ms", type=_bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
+    add("--order-latency-ms", type=bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
         help="a send may follow the previous one on its key after this long, even unanswered, until the order "
         "rule has learnt the gap that gets the most requests accepted from the answers (default %(default)s)")
     add("--invalid-nonce", choices=[cost.value for cost in InvalidNonceCost], default=InvalidNonceCost.FREE.value,
         help="what a 400 invalid nonce costs at the exchange: 'free' (only its slot, as the reference exchange: "
         "the order rule maximizes accepted requests per second) or 'counted' (against the key: the order rule "
         "keeps them under 1%% of sends) (default %(default)s)")
-    add("--ttl-ms", type=_bounded(float, 1, 86_400_000, "ms"), default=_ms(defaults.TTL),
+    add("--ttl-ms", type=bounded(float, 1, 86_400_000, "ms"), default=_ms(defaults.TTL),
         help="how long a request may wait for a rate-limit slot; past it, it goes back to the queue with a "
         "fresh time-to-live, counted as expired, at no cost to its retries (default %(default)s)")
-    add("--http-timeout-ms", type=_bounded(float, 1, 600_000, "ms"), default=_ms(defaults.HTTP_TIMEOUT),
+    add("--http-timeout-ms", type=bounded(float, 1, 600_000, "ms"), default=_ms(defaults.HTTP_TIMEOUT),
         help="HTTP timeout of each attempt (default %(default)s)")
-    add("--max-retries", type=_bounded(int, 0, 1000), default=defaults.MAX_RETRIES,
+    add("--max-retries", type=bounded(int, 0, 1000), default=defaults.MAX_RETRIES,
         help="failed attempts a request may retry before it goes to the graveyard (default %(default)s)")
-    add("--max-retry-after", type=_bounded(float, 0, 86_400, "s"), default=defaults.MAX_RETRY_AFTER, metavar="SECONDS",
+    add("--max-retry-after", type=bounded(float, 0, 86_400, "s"), default=defaults.MAX_RETRY_AFTER, metavar="SECONDS",
         help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
         "(default %(default)s)")
-    add("--max-strikes", type=_bounded(int, 1, 1000), default=defaults.MAX_STRIKES,
+    add("--max-strikes", type=bounded(int, 1, 1000), default=defaults.MAX_STRIKES,
         help="unexplained 429s after which a key is parked for the rest of the run (default %(default)s); "
         "must stay below --server-max-429")
-    add("--server-max-429", type=_bounded(int, 1, 1_000_000), default=defaults.SERVER_MAX_429, metavar="N",
+    add("--server-max-429", type=bounded(int, 1, 1_000_000), default=defaults.SERVER_MAX_429, metavar="N",
         help="rate-limit rejections after which the server blocks a key for good (default %(default)s)")
     add("--state-dir", metavar="PATH",
         help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
         "or ~/.local/state/thread_client)")
-    add("--outage-after", type=_bounded(float, 0.1, 3600, "s"), default=defaults.OUTAGE_AFTER, metavar="SECONDS",
+    add("--outage-after", type=bounded(float, 0.1, 3600, "s"), default=defaults.OUTAGE_AFTER, metavar="SECONDS",
         help="no answer from the exchange for this long is an outage: take no work, probe once per key, "
         "resume on the first answer (default %(default)s)")
-    add("--queue-size", type=_bounded(int, 1, 1_000_000), default=defaults.QUEUE_SIZE,
+    add("--queue-size", type=bounded(int, 1, 1_000_000), default=defaults.QUEUE_SIZE,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
-    add("--threads-per-key", type=_bounded(int, 1, 64),
+    add("--threads-per-key", type=bounded(int, 1, 64),
         help=f"worker threads per key, i.e. requests in flight per key (default {defaults.THREADS_PER_KEY}; 1 with "
         "exactly-once)")
     add("--delivery", choices=DELIVERIES, default="at-least-once",
@@ -141,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         "daemons, redis://HOST:PORT/DB?stream=NAME&group=NAME (default %(default)s)")
     add("--member", metavar="NAME",
         help="with a redis:// --source: this daemon's name among the members (default HOST-PID)")
-    add("--lease-ttl-ms", type=_bounded(float, 100, 600_000, "ms"), default=_ms(defaults.LEASE_TTL),
+    add("--lease-ttl-ms", type=bounded(float, 100, 600_000, "ms"), default=_ms(defaults.LEASE_TTL),
         help="with a redis:// --source: a key's lease lasts this long unrenewed; a member that dies loses its "
         "keys after at most this, and they are taken over a window and an HTTP timeout later (default %(default)s)")
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
@@ -150,23 +133,23 @@ def _parser() -> argparse.ArgumentParser:
     add("--load", choices=LOADS, default="exercise",
         help="with --source generate: exercise, the original load, randint(0, 21) ms between requests; "
         "saturate, keep the queue full")
-    add("--duration", type=_bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
+    add("--duration", type=bounded(float, 0, 10 * 366 * 86_400, "s"), default=0, metavar="SECONDS",
         help="stop after this long; 0 runs until stopped")
-    add("--metrics-interval", type=_bounded(float, 0.1, 86_400, "s"), default=defaults.METRICS_INTERVAL, metavar="SECONDS",
+    add("--metrics-interval", type=bounded(float, 0.1, 86_400, "s"), default=defaults.METRICS_INTERVAL, metavar="SECONDS",
         help="seconds between metrics blocks (default %(default)s)")
-    add("--metrics-port", type=_bounded(int, 0, 65_535), metavar="PORT",
+    add("--metrics-port", type=bounded(int, 0, 65_535), metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
     add("--log-level", choices=LOG_LEVELS, default="INFO", help="default %(default)s; DEBUG logs every request")
     add("--log-file", metavar="PATH", help="also log to this file, rotated by size")
-    add("--log-max-bytes", type=_bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
+    add("--log-max-bytes", type=bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
         help="rotate the log file at this size (default %(default)s)")
-    add("--log-backups", type=_bounded(int, 0, 1000), default=3, help="rotated log files kept (default %(default)s)")
+    add("--log-backups", type=bounded(int, 0, 1000), default=3, help="rotated log files kept (default %(default)s)")
     add("--graveyard", default="graveyard.jsonl", metavar="PATH",
         help="JSON-lines file of requests that were never accepted (default %(default)s)")
     add("--results", metavar="PATH",
         help="JSON-lines file with exactly one final record per request; - for standard output (then logs go "
         "to stderr). Default: results.jsonl next to --graveyard for a --source file or pipe, none for generate")
-    add("--max-body-bytes", type=_bounded(int, 0, 1_048_576), default=defaults.MAX_BODY_BYTES,
+    add("--max-body-bytes", type=bounded(int, 0, 1_048_576), default=defaults.MAX_BODY_BYTES,
         help="keep at most this much of the exchange's answer in a result record (default %(default)s)")
     add("--summary-json", metavar="PATH", help="write the final summary here as JSON")
     return p

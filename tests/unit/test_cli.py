@@ -13,6 +13,7 @@ import pytest
 
 from conftest import KEYS, ROOT
 from thread_client.cli import build_config
+from thread_client.cluster.commands import submit_main
 from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, Config, load_keys
 from thread_client.io.transport import endpoint_of
 from thread_client.errors import ConfigError
@@ -55,6 +56,17 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("days", ["0", "nan", "inf", "-1", "soon"])
+def test_submit_refuses_a_memory_of_ids_that_is_no_span_of_days(days, capsys):
+    # 0 made the store refuse the ids' expiry and nan or inf raised while computing it: a traceback each time.
+    with pytest.raises(SystemExit) as exited:
+        submit_main(["--to", "redis://127.0.0.1:1/0?stream=w", "--remember-ids-days", days, "-"], "thread-client")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("thread-client submit: error: argument --remember-ids-days: ")
 
 
 def test_keys_file_rules(tmp_path):

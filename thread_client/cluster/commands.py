@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING
 
+from ..arguments import bounded
 from ..errors import ConfigError, StoreUnavailable
 from .address import StoreAddress, store_call
 from .keyspace import Keyspace
@@ -26,7 +27,7 @@ def submit_main(argv: list[str], prog: str) -> int:
     take them all (run it again: what went in is skipped as duplicates), 2 on a bad setting."""
     parser = argparse.ArgumentParser(prog=f"{prog} submit", description=submit_main.__doc__.splitlines()[0])
     parser.add_argument("--to", required=True, metavar="URL", help=_STORE_HELP)
-    parser.add_argument("--remember-ids-days", type=float, default=7.0,
+    parser.add_argument("--remember-ids-days", type=bounded(float, 0.001, 3650, "days"), default=7.0, metavar="DAYS",
                         help="an id submitted again within this many days is a duplicate (default %(default)s)")
     parser.add_argument("input", metavar="FILE|-", help="JSON lines of {\"id\": ..., \"params\": {...}}")
     args = parser.parse_args(argv)
