@@ -154,12 +154,13 @@ class Worker(ManagedThread):
         except KeyNotHeld:  # the journal could not be written, or the lease ended: nothing left, another try later
             self._hand_back(request)
             return
-        if not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED:
-            self._in_doubt = None  # refused: whatever raises from here on, the send was surely not accepted
-        if reading is _STALE:
+        refused = not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED
+        if refused:
+            self._in_doubt = None  # whatever raises from here on, the send was surely not accepted
+            if self._settles:
+                self._note_answered(request, permit)
+        elif reading is _STALE:
             self._listener.stale_connection()
-        elif self._settles and reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous:
-            self._note_answered(request, permit)
         if reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
         self._conclude(request, reading, retry_after, sent_at)
@@ -173,9 +174,13 @@ class Worker(ManagedThread):
         try:
             self._journal.answered(request, self.key.id, permit.nonce)
         except (KeyNotHeld, OSError) as exc:
-            if self.key.retire("output failed"):
-                self._on_key_retired(self.key, f"the answer to request {request.req_id} could not be written down "
-                                               f"({exc}): no more sends on this key")
+            self._retire_for_output(f"the answer to request {request.req_id} could not be written down", exc)
+
+    def _retire_for_output(self, what: str, exc: Exception) -> None:
+        """Something the key's next restart relies on could not be written: the key sends nothing more."""
+        if self.key.retire("output failed"):
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+            self._on_key_retired(self.key, f"{what} ({why}): no more sends on this key")
 
     def _retry_ambiguous(
         self, first: Permit, request: Request, reading: Reading, retry_after: float | None, sent_at: float
@@ -238,10 +243,7 @@ class Worker(ManagedThread):
         except Exception as exc:
             if not isinstance(exc, OSError):
                 log.exception("%s: the final record of request %s failed", self.key.name, request.req_id)
-            if self.key.retire("output failed"):
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-                self._on_key_retired(self.key, f"the final record of request {request.req_id} could not be made "
-                                               f"durable ({why}): no more sends on this key")
+            self._retire_for_output(f"the final record of request {request.req_id} could not be made durable", exc)
 
     def _settle(self, first: Permit, request: Request) -> Reading:
         """Exactly-once: the first copy may have been accepted. Ask again with the same nonce, on this
@@ -331,9 +333,7 @@ class Worker(ManagedThread):
         try:
             strikes, lifetime = self.key.strike()
         except OSError as exc:  # a strike not remembered would give the next run a fresh budget
-            if self.key.retire("output failed"):
-                self._on_key_retired(self.key, f"a rate-limit strike could not be written down ({exc.strerror or exc}):"
-                                               " no more sends on this key")
+            self._retire_for_output("a rate-limit strike could not be written down", exc)
             return
         log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d this run, %d of %d"
                   " in all runs; key held back, window widened to %.3f s", self.key.name, reading.detail, strikes,

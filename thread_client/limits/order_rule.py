@@ -112,6 +112,8 @@ class OrderRule:
     def sent(self, after_unanswered: float | None) -> None:
         """A first send left, ``after_unanswered`` seconds after the previous send of its key if that
         one is still unanswered (it is refused if this one overtakes it), else None."""
+        if after_unanswered is None and self.cost is InvalidNonceCost.FREE:
+            return  # nothing to predict, and free refusals are not counted against sends: no lock on the send path
         with self._lock:
             self._sent += 1
             if after_unanswered is not None and self._sorted:
