@@ -19,6 +19,7 @@ from .flow.queues import QueueManager
 from .flow.requeue import Requeuer
 from .flow.worker import Worker
 from .io.graveyard import Graveyard
+from .io.late_answers import LateAnswers
 from .io.resume import EarlierSend
 from .io.transport import endpoint_of
 from .limits.keys import ApiKey
@@ -98,6 +99,7 @@ class Daemon:
         )
         self.metrics = Metrics(clock)
         self.outage = OutageGate(config.outage_after, clock=clock)
+        self.late_answers = LateAnswers(clock=clock)
         self.source = source
         self.producer = Producer(
             self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
@@ -108,7 +110,7 @@ class Daemon:
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
-                on_stop=self._on_stop, journal=journal, earlier_send=earlier.get(key.id) if index == 0 else None,
+                on_stop=self._on_stop, journal=journal, late_answers=self.late_answers, earlier_send=earlier.get(key.id) if index == 0 else None,
                 clock=clock,
             )
             for key in keys
@@ -119,7 +121,7 @@ class Daemon:
             QueueMonitor(self.queues, self._stop_reports),
         ]
         # The parts' own threads (a lease keeper, a results writer): supervised, started and joined like the rest.
-        self.part_threads = owned_threads(source, keys, results, journal)
+        self.part_threads = owned_threads(self.late_answers, source, keys, results, journal)
         for thread in self.threads:
             thread.supervise(max_restarts, self._on_thread_failed)
         self.metrics_server: MetricsServer | None = None
@@ -277,6 +279,7 @@ class Daemon:
                     worker.join(max(0.0, grace_ends - time.monotonic()))
             self.keys.close()
             self._join(self.workers, timeout)
+            self.late_answers.close()  # no worker sends any more: the slots it would free are past caring
             drained = self.queues.drain(drain_outcome, drain_detail)
             if drained and self.queues.keeps_unsent:
                 log.warning("%d requests not sent (%s): no final record, the next run of the same input takes them up",

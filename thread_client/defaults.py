@@ -6,8 +6,8 @@ Times are in seconds (the command line shows some in milliseconds). Each value s
 from __future__ import annotations
 
 __all__ = [
-    "HTTP_TIMEOUT", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES", "METRICS_INTERVAL",
-    "ORDER_LATENCY", "OUTAGE_AFTER", "QUEUE_SIZE", "RATE", "SERVER_MAX_429", "THREADS_PER_KEY", "TTL", "WINDOW",
+    "HTTP_TIMEOUT", "LATE_ANSWER_CAP", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES",
+    "METRICS_INTERVAL", "ORDER_LATENCY", "OUTAGE_AFTER", "QUEUE_SIZE", "RATE", "SERVER_MAX_429", "THREADS_PER_KEY", "TTL", "WINDOW",
 ]
 
 #: Requests per key per window, as the reference exchange enforces (a ring of 20 stamps per key).
@@ -24,6 +24,10 @@ THREADS_PER_KEY = 2
 TTL = 1.0
 #: HTTP timeout of each attempt (the exercise's).
 HTTP_TIMEOUT = 1.0
+#: A request with no answer in time holds its rate-limit slot until the server shows it has read it (a byte of
+#: the late answer, or the connection's end), or this long: a server frozen longer (stopped, swapped out) is
+#: taken to have lost what it held. Longer than any freeze the chaos runs play (40 s).
+LATE_ANSWER_CAP = 120.0
 #: Failed attempts a request may retry before it is buried: with the backoff (0.2 s doubling) enough to
 #: ride out a server restart of a few seconds.
 MAX_RETRIES = 5

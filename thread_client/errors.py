@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 __all__ = [
     "AnswerTimedOut", "ConfigError", "ConnectFailed", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
     "NoAnswer", "OutputInUse", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
@@ -70,7 +72,13 @@ class NoAnswer(TransportError):
 
 
 class AnswerTimedOut(NoAnswer):
-    """Raised when no answer came within the HTTP timeout."""
+    """Raised when no answer came within the HTTP timeout. ``connection``: the socket the request went out
+    on, still open, for a transport that hands it over: the server shows on it when it has read the
+    request (a late answer, or a close), which nothing else can tell if the server froze."""
+
+    def __init__(self, detail: str, connection: socket.socket | None = None) -> None:
+        super().__init__(detail)
+        self.connection = connection
 
 
 class ResetAfterSend(NoAnswer):

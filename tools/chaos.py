@@ -118,6 +118,18 @@ def outage(down_at: float, down_for: float) -> Callable[[Run, float], None]:
     return timeline
 
 
+def freezes(*plan: tuple[float, float]) -> Callable[[Run, float], None]:
+    """Stop the server's process for a while, at each (at, for) of ``plan``: the requests sent meanwhile
+    wait in its sockets and are all stamped when it thaws."""
+    def timeline(run: Run, seconds: float) -> None:
+        for at, lasting in plan:
+            run.at(at)
+            print(f"  {at:.0f} s: the server freezes for {lasting:.1f} s", flush=True)
+            run.server.freeze(lasting)
+
+    return timeline
+
+
 def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
     faults = ("--fail-rate", "0.02", "--garbage-rate", "0.02", "--drop-rate", "0.02", "--stall-rate", "0.01")
     return [
@@ -131,6 +143,8 @@ def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
         Scenario("HTTPS with faults", faults, seconds, tls=True),
         Scenario("lost answers, exactly-once", ("--lost-answer-rate", "0.05", "--stall-rate", "0.02"), seconds,
                  client_args=("--delivery", "exactly-once")),
+        Scenario("three freezes of the server (SIGSTOP) of 2-5 s", (), seconds,
+                 freezes((seconds * 0.15, 3.5), (seconds * 0.4, 4.5), (seconds * 0.7, 2.0))),
     ]
 
 
@@ -208,11 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30, help="length of each ordinary scenario (default 30)")
     parser.add_argument("--outage", type=float, default=20, help="length of the outage (default 20)")
+    parser.add_argument("--only", metavar="TEXT", default="", help="play only the scenarios whose name holds TEXT")
     args = parser.parse_args(argv)
     if args.seconds < 10 or args.outage < 1:
         parser.error("need --seconds >= 10 and --outage >= 1")
     failed = []
-    for number, scenario in enumerate(scenarios(args.seconds, args.outage), 1):
+    chosen = [scenario for scenario in scenarios(args.seconds, args.outage) if args.only in scenario.name]
+    if not chosen:
+        parser.error(f"no scenario's name holds {args.only!r}")
+    for number, scenario in enumerate(chosen, 1):
         print(f"chaos {number}: {scenario.name} ({scenario.seconds:g} s of the exercise load)", flush=True)
         with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as tmp:
             checks = play(scenario, Path(tmp))

@@ -163,3 +163,24 @@ def test_server_survives_malformed_requests_without_leaking_threads(fast_server)
             connection.close()
     # Each connection's thread ends once the client has closed it.
     wait_for(lambda: fast_server.stats()["threads"] <= baseline, timeout=10)
+
+
+def test_three_freezes_of_the_exchange_under_saturating_load_earn_no_strike(start_server, client_process, tmp_path):
+    """The server's process stopped (SIGSTOP) for 3.5, 4.5 and 3 s under load: every request sent meanwhile
+    waits in its socket and is stamped when it thaws, long after its timeout. Freeing a slot a guess after
+    the timeout earned 12 rejections in such a run; a slot held until the server shows it read the request
+    (a late answer, a close) and a window more earns none."""
+    server = start_server("--max-latency-ms", "5")
+    client = client_process(server, tmp_path, "--load", "saturate")
+    for seconds in (3.5, 4.5, 3.0, None):
+        accepted = server.stats()["totals"]["accepted"]
+        # Full speed before each freeze (or the client gone: every key parked).
+        wait_for(lambda: server.stats()["totals"]["accepted"] >= accepted + 100 or client.poll() is not None)
+        if seconds is not None:
+            server.freeze(seconds)
+    totals = server.stats()["totals"]
+    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    summary = stop_client(client, tmp_path)
+    assert summary["late_answers"] > 0  # the freezes did leave sends without an answer in time
+    assert summary["identity_holds"] and not summary["retired_keys"]
+    assert summary["threads_died"] == [] and summary["threads_alive"] == []

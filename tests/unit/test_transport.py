@@ -61,13 +61,25 @@ def test_a_name_that_does_not_resolve_is_unreachable(monkeypatch):
     assert failed.value.detail.startswith("name not resolved")
 
 
-def test_no_answer_after_the_request_was_written_is_a_timeout():
+def test_no_answer_after_the_request_was_written_is_a_timeout_that_hands_over_its_open_connection():
+    """A late answer on the socket a request went out on is the one sign a frozen server read it: the
+    timeout hands that socket over open, and the transport's next send makes a fresh one."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()  # accepts (in the kernel) and never answers
         transport = HttpTransport(f"http://127.0.0.1:{silent.getsockname()[1]}", "KEY", timeout=0.2)
-        with pytest.raises(AnswerTimedOut):
+        with pytest.raises(AnswerTimedOut) as timed_out:
             transport.send(1, "1")
+        handed_over = timed_out.value.connection
+        assert handed_over is not None and handed_over.fileno() >= 0
+        server_side, _ = silent.accept()
+        with server_side, handed_over:
+            server_side.sendall(b"HTTP/1.1 200 OK\r\n")  # the late answer reaches the handed-over socket
+            assert handed_over.recv(64).startswith(b"HTTP/1.1 200")
+            with pytest.raises(AnswerTimedOut) as again:
+                transport.send(2, "2")
+            assert again.value.connection is not handed_over
+            again.value.connection.close()
 
 
 class ScriptedServer:

@@ -10,7 +10,7 @@ __all__ = ["Listener"]
 class Listener:
     """The hooks a worker calls; every one is a documented no-op here. A listener overrides the
     hooks it needs (dramatiq's middleware, in small), so the flow never imports what reports on it.
-    Hooks are called from worker threads, with no lock of the flow held, and must not block."""
+    Hooks are called from the daemon's threads, with no lock of the flow held, and must not block."""
 
     def attempted(self, key: str, outcome: Outcome, round_trip: float | None = None) -> None:
         """An attempt on ``key`` (masked) came to ``outcome``; ``round_trip`` is its HTTP time in
@@ -25,3 +25,7 @@ class Listener:
     def stale_connection(self) -> None:
         """A kept connection the server had closed (or was about to) was replaced before a send, or by
         one resend of the same nonce; not an attempt."""
+
+    def late_answer(self, waited: float | None) -> None:
+        """A send that timed out gave its slot back: the server showed it read the request ``waited``
+        seconds after the timeout (a late answer, or a close), or None: it showed nothing within the cap."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
+from functools import partial
 from typing import Callable
 
 from ..clock import Clock, monotonic
@@ -12,6 +14,7 @@ from ..errors import (
     AnswerTimedOut, ConnectFailed, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed, SendOvertaken,
     StaleConnection, TransportError,
 )
+from ..io.late_answers import LateAnswers
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
 from ..parts import Journal, Transport
@@ -60,6 +63,7 @@ class Worker(ManagedThread):
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
         journal: Journal | None = None,
+        late_answers: LateAnswers | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
@@ -78,6 +82,8 @@ class Worker(ManagedThread):
         self._settles = delivery.settles_ambiguous
         self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
         self._journal = journal
+        # Where the connection of a send that timed out goes, so its slot waits for the server's sign.
+        self._late_answers = late_answers
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
         self._clock = clock
@@ -399,12 +405,15 @@ class Worker(ManagedThread):
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
                 self._outage.failed(exc.detail)
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
+            if isinstance(exc, AnswerTimedOut):
+                self._wait_for_late_answer(permit, exc.connection)
+                self._outage.failed("timeouts")
+                return Reading(Outcome.TIMEOUT, exc.detail), None
             limiter.release(permit, answered_at=None)
             if isinstance(exc, StaleConnection) and not permit.resend:
                 return _STALE, None
-            timed_out = isinstance(exc, AnswerTimedOut)
-            self._outage.failed("timeouts" if timed_out else "connections reset")
-            return Reading(Outcome.TIMEOUT if timed_out else Outcome.CONNECTION_RESET, exc.detail), None
+            self._outage.failed("connections reset")
+            return Reading(Outcome.CONNECTION_RESET, exc.detail), None
         except Exception as exc:  # a bug in the transport: the bytes may have left, so the fate is unknown
             log.exception("%s: the transport failed sending nonce %d", self.key.name, permit.nonce)
             request.note_attempt(self.key.name, permit.nonce, None, b"")
@@ -427,6 +436,22 @@ class Worker(ManagedThread):
         if answer.replaced_stale:
             self._listener.stale_connection()
         return reading, answer.retry_after
+
+    def _wait_for_late_answer(self, permit: Permit, connection: socket.socket | None) -> None:
+        """A send timed out: its slot waits for the server to show, on the connection it went out on,
+        that it read the request. With no connection (or no watcher) it keeps the unanswered hold."""
+        if connection is None or self._late_answers is None:
+            if connection is not None:
+                connection.close()
+            self.key.limiter.release(permit, answered_at=None)
+            return
+        self._late_answers.watch(connection, partial(self._freed_late, permit, self._clock()))
+
+    def _freed_late(self, permit: Permit, timed_out_at: float, seen_at: float | None) -> None:
+        """The watch of a send that timed out ended (called from the watching thread): its slot frees a
+        window after the server's sign, or after the unanswered hold if none came within the cap."""
+        self.key.limiter.release_late(permit, seen_at)
+        self._listener.late_answer(None if seen_at is None else max(0.0, seen_at - timed_out_at))
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:
         """Apply a failed attempt's action: first to the key (so no other send slips in), then to the request."""

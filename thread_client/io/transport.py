@@ -53,7 +53,8 @@ class HttpTransport:
     * ``StaleConnection``: a reused keep-alive connection failed before any byte of the
       answer (the server had closed it); resending the same nonce is safe.
     * ``AnswerTimedOut`` / ``ResetAfterSend`` (both ``NoAnswer``): the request was
-      written and no answer came; it may have been processed.
+      written and no answer came; it may have been processed. A timed-out one hands over
+      its socket, still open, so a late answer can show when the server read it.
 
     A connection the server closed while idle is noticed before the send (the
     socket reads as closed) and replaced at no risk. So is one about to be closed:
@@ -119,8 +120,7 @@ class HttpTransport:
             response = connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:
-            connection.close()
-            raise AnswerTimedOut("no answer within the HTTP timeout") from exc
+            raise AnswerTimedOut("no answer within the HTTP timeout", self._detach()) from exc
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
             connection.close()
             failure = StaleConnection if reused else ResetAfterSend
@@ -157,6 +157,13 @@ class HttpTransport:
         except OSError as exc:
             self._connection.close()
             raise ConnectFailed(exc.strerror or type(exc).__name__) from exc
+
+    def _detach(self) -> socket.socket | None:
+        """Take the socket away from the connection, open (the next send makes a fresh one)."""
+        connection = self._connection
+        sock, connection.sock = connection.sock, None
+        connection.close()
+        return sock
 
     def close(self) -> None:
         self._connection.close()

@@ -5,8 +5,10 @@ between the send and the answer. Two rules pace the sends of one key:
 
 * Window rule (never risks a strike): each of the ``rate`` ring slots used by a
   request is free again ``window`` seconds after that request's *answer* came
-  back (``s <= answer``). A request that got no answer holds its slot for
-  ``unanswered_hold`` seconds more, since when (or whether) it was stamped is unknown.
+  back (``s <= answer``). A request whose answer did not come in time holds its
+  slot until the server shows it read it (``release_late``: a late answer, its
+  connection's end) and a window more; one reset after it was sent holds it for
+  ``unanswered_hold`` seconds more than that of an answer now.
 * Order rule (bets only a nonce retry): the next send waits until the previous
   send on the key was answered, or a gap after it, whichever comes first: the
   gap an ``OrderRule`` learns from the answers (the most accepted requests per
@@ -227,6 +229,18 @@ class ThreadSafeRateLimiter:
                 if self._order_rule is not None and not permit.resend:
                     self._order_rule.answered(answered_at - permit.sent_at)
             # A waiter may have seen this slot in flight (no known free time): let it look again.
+            self._changed.notify_all()
+
+    def release_late(self, permit: Permit, seen_at: float | None) -> None:
+        """Give back the permit of a send that got no answer in time, once the server showed it had
+        read the request (``seen_at``: a late answer's first byte, or the connection's end); its slot
+        frees a window after that. None: no sign came within the watch's cap, and the slot keeps the
+        unanswered hold from now. The order rule learns nothing from it (no round trip was timed)."""
+        if seen_at is None:
+            self.release(permit, None)
+            return
+        with self._changed:
+            self._free_at[permit.slot] = seen_at + self._window
             self._changed.notify_all()
 
     def cancel(self, permit: Permit) -> None:

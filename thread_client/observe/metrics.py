@@ -43,6 +43,9 @@ class MetricsSnapshot:
     expired: int
     ambiguous: int
     stale_connections: int
+    late_answers: int  # sends that timed out whose server showed later that it read them (a thaw's cost)
+    late_answer_max_wait: float  # the longest such sign came this many seconds after its timeout
+    late_answer_caps: int  # sends that timed out and showed nothing within the cap (their slot held that long)
     outcomes: dict[str, int]
     per_key: dict[str, dict[str, int]]
     end_to_end: LatencySummary
@@ -70,6 +73,9 @@ class Metrics(Listener):
         self._outcomes: collections.Counter[str] = collections.Counter()
         self._retried = 0
         self._stale_connections = 0
+        self._late_answers = 0
+        self._late_answer_max_wait = 0.0
+        self._late_answer_caps = 0
         self._end_to_end = LatencyHistogram()
         self._attempt = LatencyHistogram()
 
@@ -96,6 +102,14 @@ class Metrics(Listener):
         with self._lock:
             self._stale_connections += 1
 
+    def late_answer(self, waited: float | None) -> None:
+        with self._lock:
+            if waited is None:
+                self._late_answer_caps += 1
+            else:
+                self._late_answers += 1
+                self._late_answer_max_wait = max(self._late_answer_max_wait, waited)
+
     def histograms(self, bounds: list[float]) -> dict[str, tuple[list[int], int, float]]:
         """Cumulative bucket counts, count and sum of both histograms (Prometheus export)."""
         with self._lock:
@@ -117,6 +131,9 @@ class Metrics(Listener):
                 expired=outcomes.get(Outcome.EXPIRED.value, 0),
                 ambiguous=sum(n for name, n in outcomes.items() if Outcome(name).ambiguous),
                 stale_connections=self._stale_connections,
+                late_answers=self._late_answers,
+                late_answer_max_wait=self._late_answer_max_wait,
+                late_answer_caps=self._late_answer_caps,
                 outcomes=outcomes,
                 per_key={key: dict(counts) for key, counts in self._per_key.items()},
                 end_to_end=LatencySummary.of(self._end_to_end),

@@ -67,6 +67,14 @@ class DaemonCollector(Collector):
             "thread_client_stale_connections", "Kept connections the server had closed, replaced before or by a resend.",
             value=snapshot.stale_connections,
         )
+        yield CounterMetricFamily(
+            "thread_client_late_answers", "Sends that timed out and that the server showed later it had read.",
+            value=snapshot.late_answers,
+        )
+        yield CounterMetricFamily(
+            "thread_client_late_answer_caps", "Sends that timed out and showed nothing within the cap.",
+            value=snapshot.late_answer_caps,
+        )
 
         window = GaugeMetricFamily("thread_client_limiter_window_seconds", "Slot reuse delay after an answer.", labels=["key"])
         order = GaugeMetricFamily(

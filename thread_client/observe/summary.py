@@ -44,6 +44,9 @@ class Summary:
             "expired": self.metrics.expired,
             "ambiguous_attempts": self.metrics.ambiguous,
             "stale_connections": self.metrics.stale_connections,
+            "late_answers": self.metrics.late_answers,
+            "late_answer_max_wait_s": round(self.metrics.late_answer_max_wait, 3),
+            "late_answer_caps": self.metrics.late_answer_caps,
             "rate_limited": outcomes.get(Outcome.RATE_LIMITED.value, 0),
             "invalid_nonce": outcomes.get(Outcome.INVALID_NONCE.value, 0),
             "blocked_keys": sorted(self.retired_keys),
@@ -79,6 +82,10 @@ class Summary:
             f"  end-to-end ms avg {latency['avg']:.1f} p50 {latency['p50']:.1f} p95 {latency['p95']:.1f}"
             f" p99 {latency['p99']:.1f}",
         ]
+        if data["late_answers"] or data["late_answer_caps"]:
+            lines.append(f"  timed out, read by the server later: {data['late_answers']} (up to"
+                         f" {data['late_answer_max_wait_s']:.1f} s after), no sign within the cap:"
+                         f" {data['late_answer_caps']}")
         if self.retired_keys:
             lines.append("  retired keys: " + ", ".join(f"{k} ({why})" for k, why in sorted(self.retired_keys.items())))
         if not self.reached_exchange and self.metrics.outcomes:

@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -98,6 +99,18 @@ class ServerProcess:
         if process.stdout is not None:
             process.stdout.close()
         return process.returncode
+
+    def freeze(self, seconds: float) -> None:
+        """Stop the server's process (SIGSTOP) for ``seconds``, then let it go on (SIGCONT): the kernel keeps
+        accepting connections and buffering requests meanwhile, and the server stamps them all when it thaws."""
+        process = self._process
+        if process is None:
+            raise RuntimeError("server process is not started")
+        process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            process.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         """Stop and start again on the same port, with fresh state."""
