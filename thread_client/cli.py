@@ -245,7 +245,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
                                              exactly_once=delivery.settles_ambiguous)
         results = StreamResults(work, config.member, held, writes, journaled=delivery.settles_ambiguous,
                                 max_body_bytes=config.max_body_bytes)
-        journal = StreamJournal(work, writes) if delivery.settles_ambiguous else None
+        # Right before each send: is the entry still this member's (exactly-once: and its send written down)?
+        journal = StreamJournal(work, config.member, held, writes, exactly_once=delivery.settles_ambiguous)
     else:
         if config.source == "generate":
             source = SyntheticSource(config.load)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 __all__ = [
-    "AnswerTimedOut", "ConfigError", "ConnectFailed", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
+    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
     "NoAnswer", "OutputInUse", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
 ]
 
@@ -83,6 +83,15 @@ class AnswerTimedOut(NoAnswer):
 
 class ResetAfterSend(NoAnswer):
     """Raised when the connection was dropped or reset after the request was written."""
+
+
+class EntryTakenOver(ThreadClientError):
+    """Raised before a send when the request's work entry is no longer this daemon's (another member took it
+    over while it waited here): nothing is sent, and the request is let go with no record (its holder writes it)."""
+
+    def __init__(self, entry_id: str) -> None:
+        super().__init__(f"work entry {entry_id} was taken over by another member")
+        self.entry_id = entry_id
 
 
 class StoreUnavailable(ThreadClientError):

@@ -53,7 +53,8 @@ class ResultSink(Protocol):
 
 class Journal(Protocol):
     """Where each send is written down before it leaves: a file next to the results, or the work
-    stream's store. ``sending`` raises KeyNotHeld if it cannot be written (then nothing is sent)."""
+    stream's store. ``sending`` raises KeyNotHeld if it cannot be written, or EntryTakenOver if the
+    request is no longer this daemon's to send (then nothing is sent)."""
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
         """``request`` leaves now on the key whose id (``key_id``, never the shown name) is ``key``."""

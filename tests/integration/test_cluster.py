@@ -11,6 +11,7 @@ import signal
 import string
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -242,3 +243,53 @@ def test_a_rolling_restart_leaves_no_gap_longer_than_a_lease_and_a_window(cluste
     print(f"longest gap between accepted requests: {gap:.3f} s")
     assert gap <= LEASE_TTL + WINDOW
     assert_no_strike(server)
+
+
+def freeze_the_exchange(server, proxy, seconds: float) -> None:
+    server.freeze(seconds)
+
+
+def cut_the_exchange(server, proxy, seconds: float) -> None:
+    proxy.cut()
+    time.sleep(seconds)
+    proxy.restore()
+
+
+@pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
+@pytest.mark.parametrize("fault", [freeze_the_exchange, cut_the_exchange], ids=["frozen", "refusing"])
+def test_an_exchange_gone_longer_than_the_reclaim_time_gets_no_request_from_two_members(
+        valkey, start_server, ten_keys, tmp_path, delivery, fault):
+    """Every member's queue stays full while the exchange is frozen or refuses connections for longer than
+    the reclaim time (5 s here): no member may take over an entry another still holds and sends. The server's
+    own duplicate count is the referee (the results stream keeps one record per id whatever happens)."""
+    count = 1200
+    server = start_server("--keys-file", str(ten_keys), "--max-latency-ms", "10")
+    members: dict[str, subprocess.Popen] = {}
+    with TcpProxy(server.port) as proxy:
+        submit(valkey, tmp_path, count)
+        for name in ("m1", "m2", "m3"):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            members[name] = subprocess.Popen(
+                client_command(f"http://127.0.0.1:{proxy.port}", workdir, "--source",
+                               f"{valkey.url}?stream=work&group=g&reclaim=5", "--keys-file", str(ten_keys),
+                               "--member", name, "--lease-ttl-ms", str(LEASE_TTL * 1000), "--delivery", delivery),
+                cwd=ROOT, stdout=(workdir / "log.txt").open("a"), stderr=subprocess.STDOUT)
+        store = valkey.client()
+        try:
+            wait_for(lambda: len(stream_records(store)) >= 200, timeout=60)
+            fault(server, proxy, 8.0)
+            wait_for(lambda: len(stream_records(store)) == count, timeout=120)
+        finally:
+            stop_all(members)
+    by_id = stream_records(store)
+    assert set(by_id) == {f"c-{n}" for n in range(1, count + 1)} and all(len(found) == 1 for found in by_id.values())
+    totals = server.stats()["totals"]
+    assert totals["rate_limited"] == 0 and totals["blocked"] == 0
+    if delivery == "exactly-once":
+        assert totals["duplicate_accepts"] == 0
+        assert {found[0]["outcome"] for found in by_id.values()} <= {"accepted", "unknown"}
+    else:  # a timeout's retry may be accepted twice; a request nobody saw an ambiguous answer for may not
+        twice = {i: n for i, n in server.accepted().items() if n > 1}
+        assert all(by_id[i][0]["ambiguous_attempts"] >= n - 1 for i, n in twice.items()), twice
+    assert store.xpending("work", "g")["pending"] == 0

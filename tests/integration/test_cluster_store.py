@@ -131,3 +131,31 @@ def test_out_of_memory_the_leases_nonces_and_heartbeats_go_on_and_a_data_script_
     assert scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"],
                                  args=["g", "c", "0", entry, record, "0"]) == []
     assert store.xlen("work:results") == 1 and store.xpending("work", "g")["pending"] == 0
+
+
+def test_touching_held_entries_keeps_this_member_s_and_never_takes_back_another_s(valkey):
+    """The keeper's touch resets the idle time of an entry pending with this member only: one another member
+    took over is reported and left with it (a claim with min-idle 0 took it back, and both sent it)."""
+    store = valkey.client()
+    store.xgroup_create("work", "g", id="0", mkstream=True)
+    mine, theirs, recorded = (store.xadd("work", {"request": "{}"}) for _ in range(3))
+    store.xreadgroup("g", "m1", {"work": ">"}, count=3)
+    store.xclaim("work", "g", "m2", 0, [theirs], justid=True)  # m2 took it over while it waited in m1's queue
+    store.xack("work", "g", recorded)
+    scripts = Scripts(store)
+    taken_over, gone = scripts.touch_held(keys=["work"], args=["g", "m1", mine, theirs, recorded])
+    assert (taken_over, gone) == ([theirs], [recorded])
+    pending = {entry["message_id"]: entry["consumer"] for entry in store.xpending_range("work", "g", "-", "+", 10)}
+    assert pending == {mine: "m1", theirs: "m2"}
+
+
+def test_a_send_is_journaled_only_while_its_entry_is_pending_with_the_sender(valkey):
+    store = valkey.client()
+    store.xgroup_create("work", "g", id="0", mkstream=True)
+    entry = store.xadd("work", {"request": "{}"})
+    store.xreadgroup("g", "m1", {"work": ">"}, count=1)
+    scripts = Scripts(store)
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 7"]) == 1
+    store.xclaim("work", "g", "m2", 0, [entry], justid=True)
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 8"]) == 0
+    assert store.hget("work:sent", entry) == "k 7"  # m1's second send was refused before anything was written

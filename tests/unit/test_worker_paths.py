@@ -19,7 +19,7 @@ from typing import Callable
 from conftest import wait_for
 from fakes import Call, ScriptedTransport, Step, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
-from thread_client.errors import AnswerTimedOut, StaleConnection
+from thread_client.errors import AnswerTimedOut, EntryTakenOver, StaleConnection
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
@@ -28,6 +28,7 @@ from thread_client.limits.keys import ApiKey
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 from thread_client.observe.metrics import Metrics
+from thread_client.parts import Journal
 from thread_client.policy.retry import RetryPolicy
 from thread_client.request import Request
 
@@ -49,6 +50,7 @@ class Rig:
     def __init__(
         self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
         metrics: Metrics | None = None, remember_strikes: Callable[[int], None] = lambda total: None,
+        journal: Journal | None = None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL)
@@ -65,7 +67,7 @@ class Rig:
         policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
         self.worker = Worker(
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
-            delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail),
+            delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
@@ -491,3 +493,34 @@ def test_a_key_blocked_mid_request_hands_the_request_back_and_its_worker_ends():
     assert rig.metrics.snapshot().retried == 0
     assert rig.transport.closed
     rig.assert_clean()
+
+
+class TakenOverJournal:
+    """The journal of a member whose work entries another member has taken over (the store's answer)."""
+
+    def sending(self, request: Request, key: str, nonce: int) -> None:
+        raise EntryTakenOver(request.receipt or request.req_id)
+
+    def answered(self, request: Request, key: str, nonce: int) -> None:
+        raise AssertionError("nothing was sent, so nothing can be answered")
+
+    def notify_write_errors(self, callback) -> None:
+        pass
+
+    def unwritten(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_request_whose_work_entry_was_taken_over_is_let_go_unsent_and_without_a_record():
+    """Its new holder sends and records it: here nothing leaves, its slot is free again, the books balance."""
+    for delivery in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        rig = Rig(delivery=delivery, journal=TakenOverJournal())  # no step: any send fails the test
+        rig.submit("r1")
+        rig.handle_next()
+        counts = rig.queues.counts()
+        assert counts.taken_over == 1 and counts.graveyard == 0 and counts.accepted == 0
+        assert rig.worker._holding is None
+        rig.assert_clean()

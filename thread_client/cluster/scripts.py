@@ -7,10 +7,12 @@ touches only the keys it is given, and those of one call share a hash tag (one R
 A store out of memory (``maxmemory`` under ``noeviction``) refuses writes. Each script says with its first line
 (``#!lua``, Valkey >= 7.2 and Redis >= 7.0) how it meets that, so that a refusal never leaves half a script done:
 
-* the coordination scripts (leases, heartbeats, nonce blocks) are ``allow-oom``: they only rewrite a fixed set of
-  small keys (a few per API key, one entry per member), never grow with the work, and must go on: without
-  them every member would lose its keys, and nobody could take them;
-* the data scripts (results, submit) are refused whole before they run: the caller keeps its data and waits.
+* the coordination scripts (leases, heartbeats, nonce blocks, touching held entries) are ``allow-oom``: they only
+  rewrite a fixed set of small keys (a few per API key, one entry per member) or entries already pending, never
+  grow with the work, and must go on: without them every member would lose its keys (or its entries), and
+  nobody could take them;
+* the data scripts (results, the journal of sends, submit) are refused whole before they run: the caller keeps
+  its data and waits.
 """
 
 from __future__ import annotations
@@ -140,6 +142,45 @@ return taken_over
 """
 
 # KEYS[1] - the work stream
+# ARGV[1] - its consumer group
+# ARGV[2] - this consumer
+# ARGV[3], ARGV[4], ... - entry ids this consumer holds (taken in, not yet recorded)
+# Each entry still pending with this consumer has its idle time reset (claimed again by it, JUSTID: no delivery
+# counted), so no other member takes it over while it only waits here; one pending with another consumer (or no
+# longer pending) is left alone: a claim with min-idle 0 would take it back from a member that may send it.
+# return {ids pending with another consumer (taken over), ids no longer pending (recorded meanwhile, or deleted)}
+_TOUCH_HELD = _COORDINATION + """
+local taken_over, gone = {}, {}
+for i = 3, #ARGV do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if pending[1] == nil then
+    gone[#gone + 1] = ARGV[i]
+  elseif pending[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    taken_over[#taken_over + 1] = ARGV[i]
+  end
+end
+return {taken_over, gone}
+"""
+
+# KEYS[1] - the work stream
+# KEYS[2] - its journal of sends (entry id -> "key nonce")
+# ARGV[1] - its consumer group
+# ARGV[2] - this consumer
+# ARGV[3] - the entry about to be sent
+# ARGV[4] - "key-id nonce" of the send
+# The send is written down only while the entry is still pending with this consumer: checked and written in one
+# step, right before the bytes leave, so an entry another member took over is never sent by both.
+# return 1 if written, 0 if the entry is no longer this consumer's (nothing may be sent)
+_JOURNAL_SEND = _DATA + """
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if pending[1] == nil or pending[1][2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+return 1
+"""
+
+# KEYS[1] - the work stream
 # KEYS[2], KEYS[3], ... - one id key per request (set while its id is remembered)
 # ARGV[1] - seconds an id is remembered
 # ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their id keys; each entry's one field is
@@ -174,6 +215,8 @@ class Scripts:
         self.heartbeat = _Registered(store, _HEARTBEAT)
         self.reserve_nonces = _Registered(store, _RESERVE_NONCES)
         self.write_results = _Registered(store, _WRITE_RESULTS)
+        self.touch_held = _Registered(store, _TOUCH_HELD)
+        self.journal_send = _Registered(store, _JOURNAL_SEND)
         self.submit = _Registered(store, _SUBMIT)
         self._store = store
 

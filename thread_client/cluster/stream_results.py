@@ -11,11 +11,10 @@ import time
 from typing import Callable
 
 from .. import defaults
-from ..errors import KeyNotHeld, StoreUnavailable
+from ..errors import EntryTakenOver, KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
 from ..request import Request
 from ..threads import LoopThread, ManagedThread
-from .address import store_call
 from .scripts import Scripts
 from .store_watch import StoreWatch
 from .stream_source import HeldEntries
@@ -145,35 +144,55 @@ class StreamResults:
 
 
 class StreamJournal:
-    """Exactly-once with a work stream: before each send, ``<stream>:sent`` maps the entry to the key and
-    nonce of that send (one ``HSET``, the only store round trip on the send path); the results script
-    deletes it with the acknowledgement. A member that takes the entry over finds it there and records
-    the request ``unknown`` instead of sending it again.
+    """Right before each send of a work entry: is the entry still this daemon's? Another member may have
+    taken it over while it waited here (this daemon cut off from the store, or too slow to touch it); then
+    nothing is sent (EntryTakenOver) and the request is let go: the other member records it.
+
+    At-least-once asks what this daemon knows (``HeldEntries``, kept by the source's keeper). Exactly-once
+    asks the store, and in the same script maps the entry to the key and nonce of the send in
+    ``<stream>:sent`` (the only store round trip on the send path); the results script deletes the line
+    with the acknowledgement. A member that takes the entry over finds the line and records the request
+    ``unknown`` instead of sending it again.
 
     A line the store does not take stops its send (KeyNotHeld), after a pause of ``retry_every`` (cut
     short by ``close``), so the key's worker tries again at that pace instead of spinning through the
     queue; the store's absence is said through ``writes``, shared with the results.
     """
 
-    def __init__(self, work: WorkStream, writes: StoreWatch, *, retry_every: float = 0.25) -> None:
+    def __init__(self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *,
+                 exactly_once: bool = False, retry_every: float = 0.25) -> None:
         self.work = work
+        self.consumer = consumer
+        self._held = held
         self._writes = writes
+        self._exactly_once = exactly_once
         self._retry_every = retry_every
         self._closed = threading.Event()
         self._store = work.address.connect()
+        self._scripts = Scripts(self._store)
 
     def __repr__(self) -> str:
         return f"<StreamJournal {self.work.sent}>"
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
+        entry = request.receipt
+        if entry is None:  # not from the work stream: nobody else can have it
+            return
+        if not self._held.holds(entry):
+            raise EntryTakenOver(entry)
+        if not self._exactly_once:
+            return
         try:
-            with store_call():
-                self._store.hset(self.work.sent, request.receipt or request.req_id, f"{key} {nonce}")
+            written = self._scripts.journal_send(keys=[self.work.stream, self.work.sent],
+                                                 args=[self.work.group, self.consumer, entry, f"{key} {nonce}"])
         except StoreUnavailable as exc:
             self._writes.failed(exc, "nothing is sent until its journal line is written")
             self._closed.wait(self._retry_every)
             raise KeyNotHeld(key) from exc
         self._writes.answered()
+        if not written:
+            self._held.done([entry])
+            raise EntryTakenOver(entry)
 
     def answered(self, request: Request, key: str, nonce: int) -> None:
         """Nothing to write: a member that takes over an entry sent once records it ``unknown`` in any case."""

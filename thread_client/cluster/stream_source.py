@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from ..errors import StoreUnavailable
 from ..request import InvalidInput, UnknownFate, Work, parse_line
+from ..threads import LoopThread, ManagedThread
 from .address import store_call
+from .scripts import Scripts
 from .store_watch import StoreWatch
 from .work_stream import ENTRY_FIELD, WorkStream
 
@@ -43,7 +45,13 @@ class HeldEntries:
             self._ids.add(entry_id)
             return True
 
+    def holds(self, entry_id: str) -> bool:
+        """Whether ``entry_id`` is still this daemon's to send (taken in, not recorded, not taken over)."""
+        with self._lock:
+            return entry_id in self._ids
+
     def done(self, entry_ids: Iterable[str]) -> None:
+        """Let ``entry_ids`` go: recorded, or no longer this daemon's."""
         with self._lock:
             self._ids.difference_update(entry_ids)
 
@@ -66,8 +74,12 @@ class StreamSource:
     no end: the source waits for new entries until ``stop``. A store that stops
     answering is waited for, with a warning, and reading resumes when it is back.
     While ``writes`` is away (the store does not take this daemon's records or journal
-    lines: down, or out of memory) no new entry is taken in; the entries held are still
-    kept from looking abandoned.
+    lines: down, or out of memory) no new entry is taken in.
+
+    The entries held are kept from looking abandoned by a thread of their own (the
+    producer waits whenever the main queue is full: an outage, every key held): it
+    touches them every quarter of the reclaim time, and lets go of any another member
+    has taken over meanwhile, so they are never sent from here (``HeldEntries.holds``).
     """
 
     def __init__(
@@ -87,6 +99,8 @@ class StreamSource:
         self._reclaim_after_ms = max(1, round(reclaim_after * 1000))
         self._reclaim_every = reclaim_after / 4
         self._clock = clock
+        self._closing = threading.Event()
+        self._keeper = LoopThread("held-entries", self._keep_held)  # started by the daemon, supervised
 
     def __repr__(self) -> str:
         return f"<StreamSource {self.work.stream} as {self.consumer}>"
@@ -102,16 +116,13 @@ class StreamSource:
         # First this consumer's own pending entries, paged by id from "0"; then new ones (">").
         own_pending, pending_after = True, "0"
         watch = StoreWatch(f"work stream {self.work.stream}")
-        cursor, next_reclaim, next_touch = "0-0", self._clock(), self._clock()
+        cursor, next_reclaim = "0-0", self._clock()
         group_ready = False  # made sure of at the start and after the store was away
         while not stop.is_set():
             try:
                 if not group_ready:
                     self.work.ensure_group(store)
                     group_ready = True
-                if self._clock() >= next_touch:  # keep what this daemon holds from looking abandoned
-                    self._touch_held(store)
-                    next_touch = self._clock() + self._reclaim_every
                 if self._writes.away:  # what is held cannot be written off: take in no more meanwhile
                     stop.wait(self._block)
                     continue
@@ -155,16 +166,42 @@ class StreamSource:
         items = [self._resumed(store, item) for item in parsed] if resumed else parsed
         return [item for item in items if self.held.take(item.receipt)]
 
-    def close(self) -> None:
-        """Nothing is held between reads: each read() opens and closes its own connection."""
+    def threads(self) -> list[ManagedThread]:
+        """The keeper of the held entries (``OwnsThreads``); ``close()`` ends it."""
+        return [self._keeper]
 
-    def _touch_held(self, store: "redis.Redis") -> None:
-        """Reset the idle time of every entry this daemon holds (``XCLAIM ... JUSTID`` to itself), so no
-        other member takes over an entry that only waits in this daemon's queue."""
+    def close(self) -> None:
+        """End the keeper; each read() opens and closes its own connection."""
+        self._closing.set()
+
+    def _keep_held(self) -> None:
+        """The keeper loop: touch the held entries every quarter of the reclaim time, from a thread that
+        never waits on the queue. Safe to run again after it raised."""
+        store = self.work.address.connect()
+        scripts = Scripts(store)
+        watch = StoreWatch(f"entries held from work stream {self.work.stream}")
+        try:
+            while not self._closing.wait(self._reclaim_every):
+                try:
+                    self._touch_held(scripts)
+                except StoreUnavailable as exc:
+                    watch.failed(exc, "their idle time runs on meanwhile")
+                    continue
+                watch.answered()
+        finally:
+            store.close()
+
+    def _touch_held(self, scripts: Scripts) -> None:
+        """Reset the idle time of every entry this daemon holds and is still pending with it, so no other
+        member takes over one that only waits here; let go of those that are not (taken over, or recorded)."""
         held = self.held.snapshot()
-        with store_call():
-            for start in range(0, len(held), 500):
-                store.xclaim(self.work.stream, self.work.group, self.consumer, 0, held[start:start + 500], justid=True)
+        for start in range(0, len(held), 500):
+            taken_over, gone = scripts.touch_held(keys=[self.work.stream],
+                                                  args=[self.work.group, self.consumer, *held[start:start + 500]])
+            self.held.done([*taken_over, *gone])
+            if taken_over:
+                log.warning("work stream %s: %d entries this member held were taken over by another member (%s): "
+                            "they are not sent from here", self.work.stream, len(taken_over), ", ".join(taken_over[:5]))
 
     def _reclaim(self, store: "redis.Redis", cursor: str) -> tuple[str, list]:
         """One ``XAUTOCLAIM`` step from ``cursor``: the next cursor, and the entries now this consumer's

@@ -1,10 +1,11 @@
 """The request queues and the accounting identity that says nothing was lost.
 
-    created == accepted + buried + in main queue + in DLQ + in flight
+    created == accepted + buried + left for the next run + taken over + in main queue + in DLQ + in flight
 
 Every request enters through ``submit()`` and leaves through exactly one of
-``accept()`` or the graveyard; in between it is in the main queue, in the dead
-letter queue, or in the hands of one thread ("in flight").
+``accept()``, the graveyard, or (never sent) the next run or another member; in
+between it is in the main queue, in the dead letter queue, or in the hands of one
+thread ("in flight").
 """
 
 from __future__ import annotations
@@ -42,16 +43,19 @@ class QueueCounts:
     dlq: int
     in_flight: int
     left_for_next_run: int = 0  # taken in but not final at a stop: the next run of the same input takes them up
+    taken_over: int = 0  # work entries another member took over before they were sent here: it records them
 
     @property
     def balanced(self) -> bool:
         return self.created == (
-            self.accepted + self.graveyard + self.left_for_next_run + self.main_queue + self.dlq + self.in_flight
+            self.accepted + self.graveyard + self.left_for_next_run + self.taken_over + self.main_queue + self.dlq
+            + self.in_flight
         )
 
     def identity(self) -> str:
         sign = "==" if self.balanced else "!="
         left = f" + left for the next run {self.left_for_next_run}" if self.left_for_next_run else ""
+        left += f" + taken over by another member {self.taken_over}" if self.taken_over else ""
         return (
             f"created {self.created} {sign} accepted {self.accepted} + graveyard {self.graveyard}{left}"
             f" + main queue {self.main_queue} + dlq {self.dlq} + in flight {self.in_flight}"
@@ -98,6 +102,7 @@ class QueueManager:
         self._accepted = 0
         self._finished = 0  # accepted, buried or left for the next run
         self._left = 0
+        self._taken_over = 0
         self._in_flight = 0
         self._closed = False
         self._refused_as: tuple[FinalOutcome, str] = (FinalOutcome.SHUTDOWN, "")  # for a submit after close()
@@ -182,6 +187,14 @@ class QueueManager:
         self._dlq.put_at(request, self._clock())
         with self._lock:
             self._in_flight -= 1
+
+    def let_go(self, request: Request) -> None:
+        """An in-flight request, never sent, is no longer this daemon's: another member took its work
+        entry over and writes its record. It ends here with none."""
+        with self._lock:
+            self._taken_over += 1
+            self._in_flight -= 1
+            self._count_finished()
 
     def bury(self, request: Request, outcome: FinalOutcome, detail: str = "", failure: str | None = None) -> None:
         """An in-flight request ends in the graveyard with ``outcome``; ``failure`` names the attempt
@@ -308,4 +321,5 @@ class QueueManager:
         main_queue, dlq = self.sizes()
         graveyard = len(self.graveyard)
         with self._lock:
-            return QueueCounts(self._created, self._accepted, graveyard, main_queue, dlq, self._in_flight, self._left)
+            return QueueCounts(self._created, self._accepted, graveyard, main_queue, dlq, self._in_flight, self._left,
+                               self._taken_over)

@@ -11,7 +11,7 @@ from typing import Callable
 from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
-    AnswerTimedOut, ConnectFailed, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed, SendOvertaken,
+    AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed, SendOvertaken,
     StaleConnection, TransportError,
 )
 from ..io.late_answers import LateAnswers
@@ -159,6 +159,11 @@ class Worker(ManagedThread):
             reading, retry_after = self._exchange(permit, request)
         except KeyNotHeld:  # the journal could not be written, or the lease ended: nothing left, another try later
             self._hand_back(request)
+            return
+        except EntryTakenOver:  # nothing left: another member holds the request now, and records it
+            log.info("%s: request %s not sent: its work entry was taken over", self.key.name, request.req_id)
+            self._queues.let_go(request)
+            self._holding = None
             return
         refused = not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED
         if refused:
