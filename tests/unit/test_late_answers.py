@@ -97,9 +97,9 @@ def test_past_the_limit_a_send_holds_its_slot_for_the_whole_cap():
     [thread] = watcher.threads()
     thread.start()
     client, server = socket.socketpair()
+    server.sendall(b"HTTP/1.1 200 OK\r\n")  # a sign already there, that nobody watches
     settled = Settled()
     watcher.watch(client, settled)
-    server.sendall(b"HTTP/1.1 200 OK\r\n")  # a sign nobody watches
     assert settled.wait() == [None]
     watcher.close()
     thread.join(5)
