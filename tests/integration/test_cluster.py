@@ -293,3 +293,23 @@ def test_an_exchange_gone_longer_than_the_reclaim_time_gets_no_request_from_two_
         twice = {i: n for i, n in server.accepted().items() if n > 1}
         assert all(by_id[i][0]["ambiguous_attempts"] >= n - 1 for i, n in twice.items()), twice
     assert store.xpending("work", "g")["pending"] == 0
+
+
+def test_a_second_daemon_under_a_member_name_in_use_is_refused_and_a_clean_stop_frees_the_name(cluster, valkey,
+                                                                                                tmp_path):
+    """Two processes under one name would read one consumer's pending entries and each send the other's."""
+    server, start, members = cluster
+    submit(valkey, tmp_path, 300)
+    first = start("m1")
+    store = valkey.client()
+    wait_for(lambda: owners(store) == {"m1"}, timeout=30)
+    second = start("m1-again", valkey.url, "--member", "m1")  # a later --member wins over the fixture's
+    assert second.wait(timeout=30) == 2
+    assert "--member m1: another running daemon uses this name" in (tmp_path / "m1-again" / "log.txt").read_text()
+    assert first.poll() is None
+    wait_for(lambda: len(stream_records(store)) == 300, timeout=60)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=30) == 0
+    again = start("m1-restart", valkey.url, "--member", "m1", "--duration", "2")
+    assert again.wait(timeout=30) == 0  # the name was given up at the stop: no wait for its claim to run out
+    assert_one_accepted_record_each(store, 300)

@@ -81,8 +81,8 @@ def test_nonce_blocks_start_above_the_store_clock_and_every_earlier_block(valkey
 
 def test_members_see_each_other_and_a_silent_one_drops_out(valkey):
     store = valkey.client()
-    steady = Membership(Scripts(store), "test:members", "steady", ttl=5.0)
-    brief = Membership(Scripts(store), "test:members", "brief", ttl=0.2)
+    steady = Membership(Scripts(store), "test:members", "steady", ttl=5.0, claim_key="test:member:steady")
+    brief = Membership(Scripts(store), "test:members", "brief", ttl=0.2, claim_key="test:member:brief")
     brief.beat()
     assert steady.beat() == ["brief", "steady"]
     wait_for(lambda: steady.beat() == ["steady"], timeout=5)
@@ -119,7 +119,7 @@ def test_out_of_memory_the_leases_nonces_and_heartbeats_go_on_and_a_data_script_
     # Coordination (a fixed handful of small keys) goes on: nobody loses a key to the store's memory.
     assert holder.renew() and holder.may_send()
     assert blocks.reserve(1)[1] > 0
-    assert Membership(scripts, "test:members", "m", ttl=5.0).beat() == ["m"]
+    assert Membership(scripts, "test:members", "m", ttl=5.0, claim_key="test:member:m").beat() == ["m"]
     record = json.dumps({"id": "r-1", "outcome": "accepted"})
     with pytest.raises(StoreUnavailable) as refused:
         scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"], args=["g", "c", "0", entry,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from conftest import ROOT, stream_records, wait_for
+from tools.harness.valkey_process import ValkeyProcess
 
 
 def submit(valkey, tmp_path, lines: list[str]) -> subprocess.CompletedProcess:
@@ -92,3 +93,19 @@ def test_exactly_once_records_a_taken_over_entry_that_may_have_been_sent_as_unkn
     assert "nonce 1700000000000000 on AAAA...ZZZZ" in by_id["w-1"][0]["reason"]
     assert set(fast_server.accepted()) == {f"w-{n}" for n in range(5, 31)}  # the four were never sent again
     assert store.hlen("work:sent") == 0 and store.xpending("work", "g")["pending"] == 0
+
+
+def test_a_store_that_requires_a_password_is_reached_with_the_one_in_the_address(fast_server, client_process,
+                                                                                   tmp_path):
+    """``redis://:PASSWORD@host`` reaches a store with ``requirepass`` (the password was dropped once, and every
+    command refused), and no log line shows the password."""
+    with ValkeyProcess(password="pa55-word") as valkey:
+        assert submit(valkey, tmp_path, requests(1, 20)).returncode == 0
+        store = valkey.client()
+        client = client_process(fast_server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g",
+                                "--member", "one", "--log-level", "DEBUG")
+        wait_for(lambda: len(stream_records(store)) == 20)
+        client.send_signal(signal.SIGTERM)
+        out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    assert "pa55-word" not in out

@@ -72,6 +72,21 @@ def test_a_bad_store_address_is_refused_with_its_reason(url, message):
         StoreAddress.parse(url)
 
 
+@pytest.mark.parametrize(("url", "username", "password", "shown"), [
+    ("redis://alice:s%40cret@store:6380/1?stream=w", "alice", "s@cret", "redis://alice:***@store:6380/1?stream=w"),
+    ("redis://:s3cret@store", None, "s3cret", "redis://:***@store:6379/0"),
+    ("rediss://store", None, None, "rediss://store:6379/0"),
+])
+def test_store_credentials_are_kept_for_the_client_and_never_shown(url, username, password, shown):
+    address = StoreAddress.parse(url)
+    assert (address.username, address.password) == (username, password)
+    assert str(address) == shown and (password is None or password not in repr(address))
+    client = address.connect()
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["username"], kwargs["password"]) == (username, password)
+    client.close()
+
+
 def test_a_missing_option_names_the_flag_and_the_fix():
     with pytest.raises(ConfigError, match=r"--results redis://s:6379/0: add \?stream=NAME"):
         StoreAddress.parse("redis://s").option("stream", flag="--results")

@@ -1,4 +1,4 @@
-"""Where the shared store is: ``redis://HOST:PORT/DB?stream=NAME&group=NAME``, a client for it, and the edge
+"""Where the shared store is: ``redis://[USER:PASSWORD@]HOST:PORT/DB?stream=NAME&group=NAME``, a client for it, and the edge
 where its errors become the project's own.
 
 The ``redis`` package is imported only when a ``redis://`` address is used: the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..errors import ConfigError, StoreUnavailable
 
@@ -62,6 +62,8 @@ class StoreAddress:
     db: int = 0
     tls: bool = False
     options: dict[str, str] = field(default_factory=dict)
+    username: str | None = None  # an ACL user (``redis://user:password@host``); None: the default user
+    password: str | None = field(default=None, repr=False)  # never printed: ``str()`` shows it as ***
 
     @classmethod
     def parse(cls, url: str, *, flag: str = "--source") -> "StoreAddress":
@@ -76,12 +78,16 @@ class StoreAddress:
         if not path.isdigit():
             raise ConfigError(f"{flag} {url}: the database must be a number, got {path!r}")
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
-        return cls(parts.hostname or "127.0.0.1", port, int(path), parts.scheme in _TLS_SCHEMES, options)
+        return cls(parts.hostname or "127.0.0.1", port, int(path), parts.scheme in _TLS_SCHEMES, options,
+                   username=unquote(parts.username) if parts.username else None,
+                   password=unquote(parts.password) if parts.password is not None else None)
 
     def __str__(self) -> str:
         query = "&".join(f"{name}={value}" for name, value in self.options.items())
         scheme = "rediss" if self.tls else "redis"
-        return f"{scheme}://{self.host}:{self.port}/{self.db}" + (f"?{query}" if query else "")
+        credentials = (self.username or "") + (":***" if self.password is not None else "")
+        at = f"{credentials}@" if credentials else ""
+        return f"{scheme}://{at}{self.host}:{self.port}/{self.db}" + (f"?{query}" if query else "")
 
     def option(self, name: str, default: str | None = None, *, flag: str = "--source") -> str:
         """A query option; ConfigError naming the flag if it is missing and has no default."""
@@ -103,6 +109,7 @@ class StoreAddress:
             raise ConfigError("a redis:// address needs the redis package: pip install 'thread_client[cluster]'") from None
         return redis.Redis(
             host=self.host, port=self.port, db=self.db, ssl=self.tls, decode_responses=True,
+            username=self.username, password=self.password,
             # An entry whose bytes are not UTF-8 reads as text with escapes: parse_line then refuses it
             # as one invalid_input record, where a strict decode would stop the reading member.
             encoding_errors="surrogateescape",

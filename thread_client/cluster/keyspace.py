@@ -43,6 +43,10 @@ class Keyspace:
         """Sorted set: member id -> when its heartbeat runs out (store time, ms)."""
         return f"{self.prefix}:members"
 
+    def member_claim(self, member: str) -> str:
+        """String: the token of the process running as ``member``, expiring with its heartbeat."""
+        return f"{self.prefix}:member:{member}"
+
     @property
     def key_names(self) -> str:
         """Hash: key id -> masked key name, for ``status``."""

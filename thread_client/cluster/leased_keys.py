@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Iterable
 
 from .. import defaults
 from ..clock import Clock, monotonic
-from ..errors import StoreUnavailable
+from ..errors import ConfigError, StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
@@ -82,7 +83,10 @@ class LeasedKeyPool(BaseKeyPool):
             keys.append(key)
         super().__init__(keys)
         self._key_of = {key.id: key for key in keys}
-        self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl)
+        self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl,
+                                      claim_key=keyspace.member_claim(member))
+        self._lease_ttl = lease_ttl
+        self._name_lost = False  # another process runs under this member's name now: take no key any more
         self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
@@ -101,7 +105,15 @@ class LeasedKeyPool(BaseKeyPool):
         return [self._keeper]
 
     def start(self) -> None:
-        """Register the keys' masked names (for ``status``); StoreUnavailable if the store does not take them."""
+        """Claim this member's name and register the keys' masked names (for ``status``). A name another
+        process holds is waited for one heartbeat (a crashed process's claim runs out by then), then
+        refused (ConfigError); StoreUnavailable if the store does not answer."""
+        deadline = time.monotonic() + self._lease_ttl * 1.5
+        while not self._membership.claim():
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"--member {self.member}: another running daemon uses this name (its heartbeat is "
+                                  "live); give each daemon a name of its own")
+            time.sleep(self._every / 2)
         with store_call():
             self._store.hset(self._keyspace.key_names, mapping={kid: key.name for kid, key in self._key_of.items()})
 
@@ -118,6 +130,15 @@ class LeasedKeyPool(BaseKeyPool):
             self._stop.wait(self._every)
 
     def _round(self) -> None:
+        if not self._name_lost and not self._membership.claim():
+            self._name_lost = True
+            log.error("%s: another daemon runs under this member name now (this one was silent past its heartbeat): "
+                      "this one takes no key any more; stop it", self.member)
+        if self._name_lost:  # hand over what is still held, and take nothing
+            for kid, lease in self._leases.items():
+                if lease.held:
+                    self._hand_over(self._key_of[kid], lease)
+            return
         members = self._membership.beat()
         wanted = self._membership.keys_for(self._leases, members)
         for kid, lease in self._leases.items():

@@ -87,6 +87,17 @@ end
 return redis.call('ZRANGE', KEYS[1], 0, -1)
 """
 
+# KEYS[1] - the claim on a member name: the token of the one process running under it, expiring with its heartbeat
+# ARGV[1] - this process's token
+# ARGV[2] - the claim's time to live, ms; 0: give the name up now (a clean stop)
+# return 1 if the name is (or was, until given up) this process's, 0 if another live process holds it
+_CLAIM_MEMBER = _COORDINATION + """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+return 1
+"""
+
 # KEYS[1] - the key's lease
 # KEYS[2] - the highest nonce any owner of the key may have used
 # ARGV[1] - the holder's token
@@ -213,6 +224,7 @@ class Scripts:
         self.renew_lease = _Registered(store, _RENEW_LEASE)
         self.release_lease = _Registered(store, _RELEASE_LEASE)
         self.heartbeat = _Registered(store, _HEARTBEAT)
+        self.claim_member = _Registered(store, _CLAIM_MEMBER)
         self.reserve_nonces = _Registered(store, _RESERVE_NONCES)
         self.write_results = _Registered(store, _WRITE_RESULTS)
         self.touch_held = _Registered(store, _TOUCH_HELD)

@@ -26,16 +26,19 @@ class ValkeyProcess:
     path). The data folder and the port are kept across ``restart()``, so the data survives it and
     the daemons find the server again.
 
+    ``password``: every client must give it (``requirepass``); ``url`` carries it.
     ``maxmemory``: past this many bytes of data the server refuses writes (``noeviction``: it never drops a
     key to make room); 0, the default, sets no limit. ``limit_memory`` changes it while the server runs.
     """
 
     def __init__(
-        self, *, data_dir: str | Path | None = None, start_timeout: float = 10.0, maxmemory: int = 0
+        self, *, data_dir: str | Path | None = None, start_timeout: float = 10.0, maxmemory: int = 0,
+        password: str | None = None,
     ) -> None:
         self._temporary = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="valkey-")
         self.data_dir = Path(data_dir if data_dir is not None else self._temporary.name)
         self.maxmemory = maxmemory
+        self.password = password  # required of every client (``requirepass``) if set
         self.port = 0
         self._start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -45,7 +48,8 @@ class ValkeyProcess:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password is not None else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -56,7 +60,7 @@ class ValkeyProcess:
         return self._process is not None and self._process.poll() is None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, decode_responses=True)
 
     def start(self) -> "ValkeyProcess":
         """Start the server and return once it answers PING; RuntimeError if it does not in time."""
@@ -66,6 +70,7 @@ class ValkeyProcess:
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--protected-mode", "yes",
             "--logfile", str(self.data_dir / "valkey.log"),
             "--maxmemory", str(self.maxmemory), "--maxmemory-policy", "noeviction",
+            *(["--requirepass", self.password] if self.password is not None else []),
         ]
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + self._start_timeout
