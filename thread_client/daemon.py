@@ -110,8 +110,8 @@ class Daemon:
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
-                on_stop=self._on_stop, journal=journal, late_answers=self.late_answers, earlier_send=earlier.get(key.id) if index == 0 else None,
-                clock=clock,
+                on_stop=self._on_stop, journal=journal, late_answers=self.late_answers,
+                earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -131,18 +131,24 @@ class Daemon:
 
     def _take_up(self, earlier_sends: Mapping[str, EarlierSend]) -> dict[str, tuple[Request, int]]:
         """The requests of ``earlier_sends`` (by key id) as in flight, each with its nonce, by the id of
-        the key that settles it; one whose key this run does not drive cannot be settled: its record
-        says ``unknown``."""
-        names = {key.id: key.name for key in self.keys}
+        the key that settles it; one whose key this run does not drive, or whose key's state does not
+        cover it (a lost state dir), cannot be settled: its record says ``unknown``."""
+        keys = {key.id: key for key in self.keys}
         taken_up = {}
         for kid, send in earlier_sends.items():
+            key = keys.get(kid)
             request = Request(send.id, self._clock(), send.params, resumed=True)
-            request.key, request.nonce = names.get(kid, f"key id {kid}"), send.nonce
-            if kid in names:
-                taken_up[kid] = (self.queues.adopt(request), send.nonce)
-            else:
+            request.key, request.nonce = key.name if key is not None else f"key id {kid}", send.nonce
+            if key is None:
                 self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key id {kid} before"
                                                                   " the restart, and that key is not among this run's keys")
+            elif send.nonce > key.limiter.nonces.last:
+                # The key's state (its nonce mark) does not cover that send: the state dir was lost, or is another
+                # one, and another process may have sent on the key since. A 400 would prove nothing.
+                self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on {key.name} before "
+                                                                  "the restart, and the state dir has no record of it")
+            else:
+                taken_up[kid] = (self.queues.adopt(request), send.nonce)
         return taken_up
 
     def __repr__(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -13,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from conftest import KEYS, ROOT, read_summary, run_client, wait_for
-from tools.harness.client_process import client_command
+from tools.harness.client_process import STATE_DIR, client_command
 
 
 def write_requests(path, count: int, extra: list[str] = ()) -> list[str]:
@@ -197,6 +198,28 @@ def test_exactly_once_sigkill_and_restart_three_times_accept_nothing_twice(start
     assert settled_by_earlier_copy and all(r["ambiguous_attempts"] >= 1 for r in settled_by_earlier_copy)
 
 
+def test_exactly_once_after_a_crash_and_a_lost_state_dir_the_sends_on_the_wire_end_unknown_not_settled(
+        start_server, client_process, tmp_path):
+    """The state dir (nonce marks, host locks) gone between the crash and the restart: another process may
+    have sent on the keys since, so a 400 to a journaled nonce no longer proves it accepted."""
+    server = start_server("--max-latency-ms", "300", "--seed", "3")  # every key has a send on the wire at the kill
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 200)
+    client = client_process(server, tmp_path, "--source", str(source), "--delivery", "exactly-once")
+    wait_for(lambda: len(records(tmp_path / "results.jsonl")) >= 20)
+    client.kill()
+    client.communicate(timeout=30)
+    shutil.rmtree(tmp_path / STATE_DIR)
+    final, summary = run_client(server, tmp_path, "--source", str(source), "--delivery", "exactly-once",
+                                "--duration", "120")
+    assert final.returncode == 0, final.stdout
+    results = records(tmp_path / "results.jsonl")
+    unknown = [r for r in results if r["outcome"] == "unknown"]
+    assert unknown and all(r["reason"].endswith("the state dir has no record of it") for r in unknown)
+    assert not [r for r in results if r["resumed_after_crash"] and r["http_status"] == 400]
+    assert server.stats()["totals"]["duplicate_accepts"] == 0
+
+
 def test_sigterm_leaves_unsent_requests_for_the_next_run_not_buried(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     source = tmp_path / "in.jsonl"
@@ -242,3 +265,21 @@ def test_work_not_sent_because_every_key_was_parked_is_left_for_the_rerun_not_bu
     assert set(ids) == {f"order-{n}" for n in range(1, 1001)} and set(ids.values()) == {1}
     assert fixed.stats()["totals"]["accepted"] + strict.stats()["totals"]["accepted"] == sum(
         1 for record in records(results) if record["outcome"] == "accepted")
+
+
+def test_sigterm_with_a_live_pipe_in_exits_0_with_one_record_per_request_taken_in(fast_server, tmp_path):
+    """The pipe stays open (its writer lives on): the stop must not wait for its end, and what was taken in
+    and not sent is recorded as ``shutdown`` on standard output (a pipe cannot be read again by a rerun)."""
+    command = client_command(fast_server.url, tmp_path, "--source", "-", "--results", "-")
+    client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    client.stdin.write("".join(json.dumps({"id": f"p-{n}"}) + "\n" for n in range(1, 301)))
+    client.stdin.flush()
+    wait_for(lambda: fast_server.stats()["totals"]["accepted"] >= 100)
+    client.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=30)
+    assert client.returncode == 0, err
+    summary = read_summary(tmp_path)
+    by_id = collections.Counter(json.loads(line)["id"] for line in out.splitlines())
+    assert summary["identity_holds"] and len(by_id) == summary["created"] and set(by_id.values()) == {1}
+    assert summary["accepted"] == fast_server.stats()["totals"]["accepted"] >= 100

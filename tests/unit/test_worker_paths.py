@@ -50,14 +50,14 @@ class Rig:
     def __init__(
         self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
         metrics: Metrics | None = None, remember_strikes: Callable[[int], None] = lambda total: None,
-        journal: Journal | None = None,
+        journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL)
         # Short windows and holds: a strike's hold (a window and the unanswered hold) lasts milliseconds here.
         limiter = ThreadSafeRateLimiter(20, name="UT4N", window=0.05, unanswered_hold=0.01,
                                         order_latency=order_latency, nonces=nonces)
-        self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes)
+        self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes, epoch=epoch)
         self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
         self.transport = ScriptedTransport(steps)
         self.metrics = metrics or Metrics()
@@ -153,6 +153,25 @@ def test_exactly_once_a_timeout_then_invalid_nonce_on_the_same_nonce_is_accepted
     assert (request.ambiguous, request.failures) == (1, 0)
     snapshot = rig.metrics.snapshot()
     assert snapshot.outcomes == {"timeout": 1, "accepted": 1} and snapshot.retried == 0
+    rig.assert_clean()
+
+
+def test_exactly_once_a_400_after_the_key_changed_hands_proves_nothing_and_the_request_ends_unknown():
+    """A shared key's lease lost and taken again between the first copy and the settle: another owner's
+    nonces may have followed the first copy, so its 400 says nothing of it."""
+    fence = [1]
+
+    def lease_taken_again(call):
+        fence[0] = 2
+        return invalid_nonce()
+
+    rig = Rig(AnswerTimedOut("timed out"), lease_taken_again, delivery=EXACTLY_ONCE, epoch=lambda: fence[0])
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST]
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard) == (0, 1)
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1}
     rig.assert_clean()
 
 

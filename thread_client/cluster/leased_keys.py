@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Iterable
 
 from .. import defaults
@@ -78,7 +79,7 @@ class LeasedKeyPool(BaseKeyPool):
                 rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
             )
-            key = ApiKey(secret, limiter, may_send=lease.may_send, name=name)
+            key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=partial(getattr, lease, "fence"))
             self._leases[key.id] = lease
             keys.append(key)
         super().__init__(keys)

@@ -93,6 +93,7 @@ class Worker(ManagedThread):
         # The permit of the held request's latest send, once its bytes may have left, until an answer
         # settles it (this thread only).
         self._in_doubt: Permit | None = None
+        self._doubt_epoch: object = None  # the key's epoch when that send first left
         self._transport_bugs = 0  # sends in a row the transport failed on with an error of no known kind
 
     def work(self) -> None:
@@ -219,7 +220,7 @@ class Worker(ManagedThread):
         log.info("%s: settling request %s, sent with nonce %d before the restart", self.key.name, request.req_id, nonce)
         request.ambiguous += 1
         request.key, request.nonce = self.key.name, nonce  # what its record names if it cannot be settled
-        sent_at, self._in_doubt = self._clock(), Permit.of_earlier_run(nonce)
+        sent_at, self._in_doubt, self._doubt_epoch = self._clock(), Permit.of_earlier_run(nonce), self.key.epoch()
         self._conclude(request, self._settle(self._in_doubt, request), None, sent_at)
 
     def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
@@ -261,7 +262,9 @@ class Worker(ManagedThread):
         key only (no other send on it meanwhile), until the exchange's answer settles it:
 
         * 200: accepted now (a late first copy can only be refused: its nonce is spent);
-        * 400 invalid nonce: the first copy was accepted, since no later nonce was sent on this key;
+        * 400 invalid nonce: the first copy was accepted, since no later nonce was sent on this key
+          (unless the key's epoch changed meanwhile: a shared key's lease was lost and taken again,
+          and another owner may have sent; then ``unknown``);
         * anything else says nothing of the first copy. What it says of the key is carried out as
           for any answer (a strike holds the key, a Retry-After pauses it, a block, 401 or 403
           retires it, a wrong endpoint stops the daemon); unless the key is gone, the same nonce
@@ -303,6 +306,9 @@ class Worker(ManagedThread):
                                                 f"{self.key.name} was settled")
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
+            if reading.outcome is Outcome.INVALID_NONCE and self.key.epoch() != self._doubt_epoch:
+                return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} changed hands after nonce {first.nonce} "
+                                                "was sent: another owner's nonces may have followed it")
             if reading.outcome is Outcome.INVALID_NONCE:
                 return Reading(Outcome.ACCEPTED, "accepted by an earlier copy (its nonce is spent)")
             self._listener.attempted(self.key.name, reading.outcome)
@@ -401,6 +407,8 @@ class Worker(ManagedThread):
         if not self.key.may_send():  # a shared key's lease, checked right before the bytes leave (every send)
             limiter.cancel(permit)
             raise KeyNotHeld(self.key.name)
+        if not permit.resend:
+            self._doubt_epoch = self.key.epoch()
         self._in_doubt = permit
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)

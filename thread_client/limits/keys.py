@@ -43,6 +43,7 @@ class ApiKey:
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
         name: str | None = None, strikes_before: int = 0, remember_strikes: Callable[[int], None] = lambda total: None,
+        epoch: Callable[[], object] = lambda: None,
     ) -> None:
         self.secret = secret
         self.id = key_id(secret)
@@ -50,6 +51,9 @@ class ApiKey:
         self.limiter = limiter
         # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
         self.may_send = may_send
+        # Changes whenever another sender may have used the key since (a shared key's lease fence): a 400 to a
+        # nonce sent again proves its first copy accepted only if nobody else sent on the key in between.
+        self.epoch = epoch
         # Guards _retired_because and the strike counts; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
