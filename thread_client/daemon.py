@@ -143,8 +143,8 @@ class Daemon:
                 self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key id {kid} before"
                                                                   " the restart, and that key is not among this run's keys")
             elif send.nonce > key.limiter.nonces.last:
-                # The key's state (its nonce mark) does not cover that send: the state dir was lost, or is another
-                # one, and another process may have sent on the key since. A 400 would prove nothing.
+                # The key's state (its nonce mark) does not cover that send: the state dir was lost, or is an older
+                # copy, and another process may have sent on the key since. A 400 would prove nothing.
                 self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on {key.name} before "
                                                                   "the restart, and the state dir has no record of it")
             else:
@@ -275,8 +275,6 @@ class Daemon:
                 key.limiter.stop_taking()
             self._stop_producer.set()
             self._join([self.producer], timeout)
-            if not self.producer.is_alive():
-                self.source.close()
             self._join([self.requeuer], timeout)
             self._stop_workers.set()
             grace_ends = time.monotonic() + self.config.http_timeout + 1.0
@@ -285,6 +283,8 @@ class Daemon:
                     worker.join(max(0.0, grace_ends - time.monotonic()))
             self.keys.close()
             self._join(self.workers, timeout)
+            if not self.producer.is_alive():  # after the workers: what the source keeps (held entries) lasts their grace
+                self.source.close()
             self.late_answers.close()  # no worker sends any more: the slots it would free are past caring
             drained = self.queues.drain(drain_outcome, drain_detail)
             if drained and self.queues.keeps_unsent:

@@ -13,6 +13,7 @@ the same keys is refused. Exits non-zero if any scenario broke one.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import subprocess
 import sys
@@ -24,8 +25,12 @@ from typing import Callable
 
 import psutil
 
+from thread_client.config import DEFAULT_KEYS
+
 from .harness.client_process import GRAVEYARD_FILE, STATE_DIR, SUMMARY_FILE, client_command, read_summary
+from .harness.cluster import GROUP, STREAM, Cluster
 from .harness.server_process import REPO_ROOT, ServerProcess
+from .harness.tcp_proxy import TcpProxy
 from .harness.tls import tls_setup
 
 __all__ = ["main"]
@@ -76,6 +81,7 @@ class Scenario:
     tls: bool = False
     second_client: bool = False  # also start a second client on the same keys: it must be refused
     max_cpu_per_1000: float | None = None  # the client's CPU seconds (start-up included) per 1000 accepted
+    play: Callable[[Path], list[tuple[str, bool]]] | None = None  # a flow of its own, instead of the timeline's
 
 
 def faults_and_restart(run: Run, seconds: float) -> None:
@@ -130,7 +136,142 @@ def freezes(*plan: tuple[float, float]) -> Callable[[Run, float], None]:
     return timeline
 
 
-def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
+# -- scenarios with a flow of their own ---------------------------------------------------------------
+
+
+def odd_lines(workdir: Path) -> list[tuple[str, bool]]:
+    """A file of requests with every kind of odd line among them, run to its end and then again: each odd line is
+    one invalid_input record naming it, the rerun records nothing twice, no traceback."""
+    odd = [b'{"id": "\\ud800"}', b"[" * 100_000, b"\xff\xfe\x00", b'{"id": ""}', b'{"id": 7}', b'{"id": "x", "params": {"nonce": "1"}}', b'"just a string"',
+           b'{"id": "big", "params": {"p": "' + b"z" * (2 * 1024 * 1024) + b'"}}', b'{"id": "order-3"}']
+    lines = [json.dumps({"id": f"order-{n}"}).encode() for n in range(1, 1001)]
+    for at, line in zip(range(100, 1000, 90), odd):
+        lines.insert(at, line)
+    source = workdir / "in.jsonl"
+    source.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")  # a byte order mark first, as editors write
+    results = workdir / "results.jsonl"
+    with ServerProcess() as server:
+        runs = [subprocess.run(client_command(server.url, workdir / run, "--source", str(source), "--results",
+                                              str(results), "--log-level", "WARNING"),
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+                for run in ("first", "again") if (workdir / run).mkdir() is None]
+        accepted = server.accepted()
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    invalid = [r for r in records if r["outcome"] == "invalid_input"]
+    print(f"  {len(records)} records: {len(invalid)} invalid_input, exits {[run.returncode for run in runs]}")
+    return [
+        ("both runs exit 0 with no traceback", all(run.returncode == 0 and "Traceback" not in run.stderr + run.stdout
+                                                   for run in runs)),
+        ("each odd line one invalid_input record", len(invalid) == len(odd)),
+        ("one record per line, none twice after the rerun", len(records) == len(lines)),
+        ("every request accepted once at the server", set(accepted) == {f"order-{n}" for n in range(1, 1001)}
+         and set(accepted.values()) == {1}),
+    ]
+
+
+def full_disk(workdir: Path) -> list[tuple[str, bool]]:
+    """Exactly-once with its results and journal on a 96 KiB tmpfs that fills mid-run; then room is made and the
+    same input is run again: no request accepted twice, one record per id (needs root to mount)."""
+    disk = workdir / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)], capture_output=True).returncode:
+        print("  cannot mount a tmpfs (not root?): scenario skipped")
+        return [("a small filesystem could be mounted (root)", False)]
+    try:
+        source = workdir / "in.jsonl"
+        source.write_text("".join(json.dumps({"id": f"order-{n}"}) + "\n" for n in range(1, 1501)))
+        results = disk / "results.jsonl"
+        exits = []
+        with ServerProcess() as server:
+            for run, size in (("full", None), ("room", "16m")):
+                if size is not None:
+                    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+                (workdir / run).mkdir()
+                exits.append(subprocess.run(
+                    client_command(server.url, workdir / run, "--source", str(source), "--results", str(results),
+                                   "--delivery", "exactly-once", "--log-level", "ERROR"),
+                    cwd=REPO_ROOT, capture_output=True, text=True, timeout=300).returncode)
+            stats, accepted = server.stats()["totals"], server.accepted()
+        lines = results.read_text(errors="replace").splitlines()
+        torn = [line for line in lines if not _is_json(line)]  # a line the full disk cut short, ended by the rerun
+        ids = collections.Counter(json.loads(line)["id"] for line in lines if line not in torn)
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+    print(f"  exits {exits} (the first on the full disk); {len(ids)} ids recorded ({len(torn)} torn lines skipped),"
+          f" server accepted {len(accepted)},"
+          f" duplicates {stats['duplicate_accepts']}, rate limited {stats['rate_limited']}")
+    return [
+        ("the run on the full disk stopped on it, the rerun ended cleanly", exits[0] != 0 and exits[1] == 0),
+        ("one record per id after the rerun", set(ids) == {f"order-{n}" for n in range(1, 1501)}
+         and set(ids.values()) == {1}),
+        ("no request accepted twice", stats["duplicate_accepts"] == 0 and set(accepted.values()) <= {1}),
+        ("no strike at the server", stats["rate_limited"] == 0),
+    ]
+
+
+def three_members_through_an_outage(delivery: str, fault: str, outage: float) -> Callable[[Path], list[tuple[str, bool]]]:
+    """Three members on one work stream while the exchange is frozen (SIGSTOP) or refuses them (a proxy closes
+    every connection) for ``outage`` seconds, longer than the reclaim time (30 s): no member may send an entry another holds."""
+    def scenario(workdir: Path) -> list[tuple[str, bool]]:
+        count = 5000
+        accepted: collections.Counter[str] = collections.Counter()
+        # The members reach the exchange through a proxy that can refuse them: a server restarted instead would
+        # forget the nonces it accepted, which no exchange does.
+        with Cluster(workdir, DEFAULT_KEYS) as cluster, TcpProxy(cluster.server.port) as proxy:
+            cluster.submit(count)
+            for name in ("m1", "m2", "m3"):
+                cluster.start_member(name, "--delivery", delivery, "--url", f"http://127.0.0.1:{proxy.port}")
+            _wait(lambda: cluster.accepted_at_server() >= 1000, 60)
+            print(f"  the exchange {'freezes' if fault == 'frozen' else 'refuses'} for {outage:.0f} s", flush=True)
+            if fault == "frozen":
+                cluster.server.freeze(outage)
+            else:
+                proxy.cut()
+                time.sleep(outage)
+                proxy.restore()
+            assert cluster.store is not None
+            store = cluster.store
+            _wait(lambda: store.xlen(f"{STREAM}:results") >= count, 240)
+            cluster.stop_members()
+            accepted.update(cluster.server.accepted())
+            strikes = cluster.server.stats()["totals"]["rate_limited"]
+            by_id: dict[str, list[dict]] = collections.defaultdict(list)
+            for _, fields in store.xrange(f"{STREAM}:results"):
+                by_id[fields["id"]].append(json.loads(fields["record"]))
+            pending = store.xpending(STREAM, GROUP)["pending"]
+        twice = {i: n for i, n in accepted.items() if n > 1}
+        explained = all(by_id[i][0]["ambiguous_attempts"] >= n - 1 for i, n in twice.items())
+        print(f"  {len(by_id)} ids recorded, {sum(accepted.values())} accepts at the server, {len(twice)} ids twice"
+              f" ({'each after an ambiguous attempt' if explained else 'NOT all explained'}), {strikes} strikes")
+        checks = [
+            ("one record per id", len(by_id) == count and all(len(records) == 1 for records in by_id.values())),
+            ("nothing left pending", pending == 0),
+            ("no strike at the server", strikes == 0),
+        ]
+        if delivery == "exactly-once":
+            checks.append(("no request accepted twice", not twice))
+        else:
+            checks.append(("an id accepted twice only after an ambiguous attempt of its own", explained))
+        return checks
+
+    return scenario
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def scenarios(seconds: float, outage_seconds: float, member_outage: float) -> list[Scenario]:
     faults = ("--fail-rate", "0.02", "--garbage-rate", "0.02", "--drop-rate", "0.02", "--stall-rate", "0.01")
     return [
         Scenario("faults and a restart", faults, seconds, faults_and_restart, second_client=True),
@@ -145,6 +286,11 @@ def scenarios(seconds: float, outage_seconds: float) -> list[Scenario]:
                  client_args=("--delivery", "exactly-once")),
         Scenario("three freezes of the server (SIGSTOP) of 2-5 s", (), seconds,
                  freezes((seconds * 0.15, 3.5), (seconds * 0.4, 4.5), (seconds * 0.7, 2.0))),
+        Scenario("odd input lines, run to the end and again", (), 0, play=odd_lines),
+        Scenario("a full disk under exactly-once, then room and a rerun", (), 0, play=full_disk),
+        *(Scenario(f"three members, the exchange {fault} for {member_outage:.0f} s, {delivery}", (), 0,
+                   play=three_members_through_an_outage(delivery, fault, member_outage))
+          for delivery in ("exactly-once", "at-least-once") for fault in ("frozen", "refusing")),
     ]
 
 
@@ -222,18 +368,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30, help="length of each ordinary scenario (default 30)")
     parser.add_argument("--outage", type=float, default=20, help="length of the outage (default 20)")
+    parser.add_argument("--member-outage", type=float, default=40,
+                        help="how long the exchange is gone under three members (default 40, past the 30 s reclaim)")
     parser.add_argument("--only", metavar="TEXT", default="", help="play only the scenarios whose name holds TEXT")
     args = parser.parse_args(argv)
     if args.seconds < 10 or args.outage < 1:
         parser.error("need --seconds >= 10 and --outage >= 1")
     failed = []
-    chosen = [scenario for scenario in scenarios(args.seconds, args.outage) if args.only in scenario.name]
+    chosen = [scenario for scenario in scenarios(args.seconds, args.outage, args.member_outage)
+              if args.only in scenario.name]
     if not chosen:
         parser.error(f"no scenario's name holds {args.only!r}")
     for number, scenario in enumerate(chosen, 1):
-        print(f"chaos {number}: {scenario.name} ({scenario.seconds:g} s of the exercise load)", flush=True)
+        load = "" if scenario.play else f" ({scenario.seconds:g} s of the exercise load)"
+        print(f"chaos {number}: {scenario.name}{load}", flush=True)
         with tempfile.TemporaryDirectory(prefix="thread-client-chaos-") as tmp:
-            checks = play(scenario, Path(tmp))
+            checks = scenario.play(Path(tmp)) if scenario.play else play(scenario, Path(tmp))
         for text, ok in checks:
             print(f"  [{'ok' if ok else 'FAILED'}] {text}")
         failed += [f"{scenario.name}: {text}" for text, ok in checks if not ok]

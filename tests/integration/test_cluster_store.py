@@ -51,6 +51,31 @@ def test_a_holder_stops_sending_before_its_lease_ends_by_its_own_clock(valkey):
     assert holder.renew() and holder.may_send()
 
 
+def test_a_lease_counts_from_before_each_call_to_the_store_however_long_the_call_takes(valkey):
+    """The store's clock starts the lease when the script runs, somewhere in the call: the holder's own clock
+    must count from before it sent the call. Each call here takes 2 s of the holder's clock."""
+    clock = FakeClock()
+    scripts = Scripts(valkey.client())
+    for name in ("acquire_lease", "renew_lease"):
+        def slow(*, keys, args, call=getattr(scripts, name)):
+            clock.advance(2.0)
+            return call(keys=keys, args=args)
+        setattr(scripts, name, slow)
+    holder = KeyLease(scripts, NAMES, "a", ttl=10.0, quiet=QUIET, margin=1.0, clock=clock)
+    asked_at = clock.now
+    assert holder.acquire() is not None
+    clock.now = asked_at + 8.99
+    assert holder.may_send()
+    clock.now = asked_at + 9.0  # 10 s less the margin from the ask, not from the answer (that would be 11 s)
+    assert not holder.may_send()
+    asked_at = clock.now
+    assert holder.renew()
+    clock.now = asked_at + 8.99
+    assert holder.may_send()
+    clock.now = asked_at + 9.0
+    assert not holder.may_send()
+
+
 def test_an_expired_lease_goes_to_the_next_member_and_the_old_one_learns_it(valkey):
     store = valkey.client()
     old, new = lease(store, "a", ttl=0.3, margin=0.1), lease(store, "b")
@@ -156,6 +181,15 @@ def test_a_send_is_journaled_only_while_its_entry_is_pending_with_the_sender(val
     store.xreadgroup("g", "m1", {"work": ">"}, count=1)
     scripts = Scripts(store)
     assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 7"]) == 1
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 8"]) == 1  # its own retry
     store.xclaim("work", "g", "m2", 0, [entry], justid=True)
-    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 8"]) == 0
-    assert store.hget("work:sent", entry) == "k 7"  # m1's second send was refused before anything was written
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", entry, "k 9"]) == 0
+    assert store.hget("work:sent", entry) == "k 8 m1"  # m1's send was refused before anything was written
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m2", entry, "k 10"]) == 0  # m1 may have sent
+    # An entry m1 held unsent, taken over and sent by m2, and back with m1 (m2 died): m1's old copy stays unsent.
+    other = store.xadd("work", {"request": "{}"})
+    store.xreadgroup("g", "m1", {"work": ">"}, count=1)
+    store.xclaim("work", "g", "m2", 0, [other], justid=True)
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m2", other, "k 12"]) == 1
+    store.xclaim("work", "g", "m1", 0, [other], justid=True)
+    assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", other, "k 13"]) == 0

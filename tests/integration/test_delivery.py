@@ -6,12 +6,15 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 
 from conftest import run_client
 from full_disk import FillingDisk
+from thread_client.cli import build_config, build_daemon
 from thread_client.config import Config
 from thread_client.daemon import Daemon
 from thread_client.delivery import EXACTLY_ONCE
+from thread_client.io import jsonlines
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.results import Results
 from thread_client.io.resume import ResumePoint, SendJournal
@@ -98,3 +101,42 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
     by_id = collections.Counter(json.loads(line)["id"] for line in results.read_text().splitlines()
                                 if line.startswith("{") and line.endswith("}"))
     assert set(by_id) == {f"r{n}" for n in range(1, 301)} and set(by_id.values()) == {1}
+
+
+def test_exactly_once_every_send_leaves_only_after_its_journal_line_is_on_the_disk(fast_server, tmp_path,
+                                                                                   monkeypatch):
+    """The daemon the command line builds: before each send, its journal line is covered by an ``fdatasync``
+    (a crash or a power loss cannot lose it, and a restart settles that send instead of repeating it)."""
+    synced: dict[str, int] = collections.defaultdict(int)  # journal path -> bytes an fdatasync covered
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        real_fdatasync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        synced[path] = max(synced[path], os.fstat(fd).st_size)
+
+    monkeypatch.setattr(jsonlines.os, "fdatasync", recording_fdatasync)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": f"d-{n}"}) + "\n" for n in range(1, 61)))
+    results = tmp_path / "results.jsonl"
+    config = build_config(["--url", fast_server.url, "--source", str(source), "--results", str(results),
+                           "--delivery", "exactly-once", "--state-dir", str(tmp_path / "state"),
+                           "--graveyard", str(tmp_path / GRAVEYARD_FILE)])
+    daemon = build_daemon(config)
+    journal = os.path.realpath(daemon.journal.path)
+    checked: list[int] = []
+
+    def checked_send(send):
+        def send_after_the_check(nonce, req_id, params=None):
+            with open(journal, "rb") as lines:
+                durable = lines.read(synced[journal])
+            assert f'"nonce": {nonce}'.encode() in durable, f"nonce {nonce} sent before its line was synced"
+            checked.append(nonce)
+            return send(nonce, req_id, params)
+        return send_after_the_check
+
+    for worker in daemon.workers:
+        worker._transport.send = checked_send(worker._transport.send)
+    summary = daemon.run()
+    assert summary.counts.accepted == 60 and summary.stop_reason.startswith("input done")
+    assert len(checked) >= 60

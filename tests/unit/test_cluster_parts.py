@@ -66,6 +66,7 @@ def test_store_addresses_are_read_with_defaults(url, expected):
     ("redis://store:port/0", "port is not a number"),
     ("redis://store/zero", "database must be a number"),
     ("http://store/0", "not a redis:// or valkey:// address"),
+    ("redis://u:s3cret@store:port/0", r"redis://u:\*\*\*@store:port/0: the port is not a number"),
 ])
 def test_a_bad_store_address_is_refused_with_its_reason(url, message):
     with pytest.raises(ConfigError, match=message):

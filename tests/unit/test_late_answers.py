@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -99,8 +100,10 @@ def test_past_the_limit_a_send_holds_its_slot_for_the_whole_cap():
     client, server = socket.socketpair()
     server.sendall(b"HTTP/1.1 200 OK\r\n")  # a sign already there, that nobody watches
     settled = Settled()
+    handed_over_at = time.monotonic()
     watcher.watch(client, settled)
     assert settled.wait() == [None]
+    assert time.monotonic() - handed_over_at >= 0.3  # the whole cap, not a settle at once
     watcher.close()
     thread.join(5)
     server.close()
@@ -136,7 +139,7 @@ def test_a_slot_freed_late_frees_a_window_after_the_sign_and_not_before(clock):
     assert limiter.state().in_flight == 1
     with pytest.raises(LimiterTimeout):
         limiter.acquire(timeout=0)
-    limiter.release_late(permit, clock.now)  # the server showed it read the request just now
+    limiter.release_late(permit, sign_seen=True)  # the server showed it read the request just now
     clock.advance(0.999)
     assert limiter.state().ready_in == pytest.approx(0.001)
     clock.advance(0.001)
@@ -146,5 +149,5 @@ def test_a_slot_freed_late_frees_a_window_after_the_sign_and_not_before(clock):
 def test_a_slot_with_no_sign_within_the_cap_keeps_the_unanswered_hold(clock):
     limiter = ThreadSafeRateLimiter(1, window=1.0, unanswered_hold=2.0, clock=clock)
     permit = limiter.acquire()
-    limiter.release_late(permit, None)
+    limiter.release_late(permit, sign_seen=False)
     assert limiter.state().ready_in == pytest.approx(3.0)

@@ -6,6 +6,7 @@ import math
 import random
 import threading
 import time
+from typing import Callable
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -328,3 +329,53 @@ def test_a_resend_reuses_its_nonce_and_place_and_passes_only_its_own_order_gate(
     settled = lim.acquire(timeout=0, resend_of=first)
     lim.release(settled, answered_at=clock(), accepted=True)  # a definite answer opens the gate
     assert lim.acquire(timeout=0).nonce > first.nonce
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rate=st.integers(1, 20),
+    concurrency=st.integers(1, 3),
+    epoch_fraction=st.floats(0, 0.999),
+    sends=st.lists(st.tuples(latency_ms, latency_ms, st.none() | st.floats(0, 10)), min_size=1, max_size=120),
+)
+def test_sends_unanswered_in_time_and_stamped_at_any_thaw_never_break_the_server_rule(
+        rate, concurrency, epoch_fraction, sends):
+    """A send with a thaw (None: answered in time) meets a frozen server: no answer within the timeout, the
+    worker moves on, and the server stamps the request whenever it thaws, ``thaw`` seconds after the timeout;
+    the first byte of its late answer then comes on its connection, the one sign the slot waits for
+    (``release_late``). The ring never refuses, however the thaws fall."""
+    timeout = 1.0
+    clock = FakeClock(start=50.0)
+    lim = ThreadSafeRateLimiter(rate, clock=clock, order_latency=0.057, unanswered_hold=timeout,
+                                nonces=NonceGenerator(clock=lambda: 0))
+    due: list[tuple[float, int, Callable[[], None]]] = []  # (when, order, what the client learns then)
+    busy: list[float] = []  # when each busy worker is free again
+    stamps: list[float] = []
+    for order, (incoming, outgoing, thaw) in enumerate(sends):
+        while True:
+            due.sort(key=lambda event: event[:2])
+            while due and due[0][0] <= clock():
+                due.pop(0)[2]()
+            busy = [until for until in busy if until > clock()]
+            delay = delay_of(lim)
+            if len(busy) < concurrency and delay == 0:
+                break
+            candidates = [due[0][0]] if due else []
+            candidates += [min(busy)] if busy else []
+            if len(busy) < concurrency and delay != float("inf"):
+                candidates.append(clock() + delay)
+            clock.now = min(candidates)
+        permit = lim.acquire(timeout=0)
+        sent = clock()
+        if thaw is None:
+            stamp = sent + incoming / 1000
+            answered = stamp + outgoing / 1000
+            due.append((answered, order, lambda permit=permit, at=answered: lim.release(permit, at)))
+            busy.append(answered)
+        else:
+            stamp = sent + timeout + thaw
+            sign = stamp + outgoing / 1000
+            due.append((sign, order, lambda permit=permit: lim.release_late(permit, sign_seen=True)))
+            busy.append(sent + timeout)  # the worker gives up and takes the next request
+        stamps.append(stamp)
+    assert server_refusals([int((stamp + epoch_fraction) * 1000) for stamp in stamps], rate) == 0

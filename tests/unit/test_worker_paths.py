@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import socket
 import threading
 import time
 from typing import Callable
@@ -24,6 +25,7 @@ from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
+from thread_client.io.late_answers import LateAnswers
 from thread_client.limits.keys import ApiKey
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
@@ -51,6 +53,7 @@ class Rig:
         self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
         metrics: Metrics | None = None, remember_strikes: Callable[[int], None] = lambda total: None,
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
+        late_answers: LateAnswers | None = None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL)
@@ -68,6 +71,7 @@ class Rig:
         self.worker = Worker(
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
+            late_answers=late_answers,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
@@ -543,3 +547,25 @@ def test_a_request_whose_work_entry_was_taken_over_is_let_go_unsent_and_without_
         assert counts.taken_over == 1 and counts.graveyard == 0 and counts.accepted == 0
         assert rig.worker._holding is None
         rig.assert_clean()
+
+
+def test_a_timed_out_send_holds_its_slot_until_its_connection_shows_the_server_read_it():
+    """The worker hands the open connection of a send that timed out to the watcher: the slot stays in flight
+    (a frozen server may stamp it at any moment) until a byte of the late answer comes on it."""
+    late_answers = LateAnswers(cap=60)
+    [watcher] = late_answers.threads()
+    watcher.start()
+    client_end, server_end = socket.socketpair()
+    metrics = Metrics()
+    rig = Rig(AnswerTimedOut("timed out", client_end), ok("r1"), late_answers=late_answers, metrics=metrics)
+    rig.submit("r1")
+    rig.handle_next()  # the timeout: retried under a fresh nonce (at-least-once), after its backoff
+    rig.handle_next()  # accepted in another slot
+    assert rig.key.limiter.state().in_flight == 1  # the timed-out send's slot waits for the server's sign
+    server_end.sendall(b"HTTP/1.1 200 OK\r\n")  # the server thaws and answers it late
+    wait_for(lambda: rig.key.limiter.state().in_flight == 0, timeout=BOUND)
+    assert client_end.fileno() == -1 and metrics.snapshot().late_answers == 1
+    rig.assert_clean()
+    late_answers.close()
+    watcher.join(BOUND)
+    server_end.close()

@@ -68,6 +68,8 @@ class StoreAddress:
     @classmethod
     def parse(cls, url: str, *, flag: str = "--source") -> "StoreAddress":
         parts = urlsplit(url)
+        if parts.password is not None:  # an error below names the address: never with its password
+            url = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}").geturl()
         if parts.scheme not in _SCHEMES:
             raise ConfigError(f"{flag} {url}: not a redis:// or valkey:// address")
         try:

@@ -87,7 +87,6 @@ class LeasedKeyPool(BaseKeyPool):
         self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl,
                                       claim_key=keyspace.member_claim(member))
         self._lease_ttl = lease_ttl
-        self._name_lost = False  # another process runs under this member's name now: take no key any more
         self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
@@ -131,15 +130,11 @@ class LeasedKeyPool(BaseKeyPool):
             self._stop.wait(self._every)
 
     def _round(self) -> None:
-        if not self._name_lost and not self._membership.claim():
-            self._name_lost = True
-            log.error("%s: another daemon runs under this member name now (this one was silent past its heartbeat): "
-                      "this one takes no key any more; stop it", self.member)
-        if self._name_lost:  # hand over what is still held, and take nothing
-            for kid, lease in self._leases.items():
-                if lease.held:
-                    self._hand_over(self._key_of[kid], lease)
-            return
+        if not self._membership.claim():  # it reads the same consumer's entries: this daemon must not go on
+            for lease in self._leases.values():
+                lease.lost()
+            raise ConfigError(f"--member {self.member}: another daemon runs under this name now (this one was silent "
+                              "past its heartbeat); this one stops")
         members = self._membership.beat()
         wanted = self._membership.keys_for(self._leases, members)
         for kid, lease in self._leases.items():

@@ -181,13 +181,16 @@ return {taken_over, gone}
 # ARGV[2] - this consumer
 # ARGV[3] - the entry about to be sent
 # ARGV[4] - "key-id nonce" of the send
-# The send is written down only while the entry is still pending with this consumer: checked and written in one
-# step, right before the bytes leave, so an entry another member took over is never sent by both.
-# return 1 if written, 0 if the entry is no longer this consumer's (nothing may be sent)
+# The send is written down ("key-id nonce consumer") only while the entry is still pending with this consumer and
+# no other consumer's send of it is written down: checked and written in one step, right before the bytes leave,
+# so an entry another member took over (and may have sent) is never sent by both, even once it came back.
+# return 1 if written, 0 if the entry is not this consumer's to send (nothing may be sent)
 _JOURNAL_SEND = _DATA + """
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if pending[1] == nil or pending[1][2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+local line = redis.call('HGET', KEYS[2], ARGV[3])
+if line and string.match(line, '^%S+ %S+ (.+)$') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. ARGV[2])
 return 1
 """
 

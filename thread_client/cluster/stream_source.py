@@ -180,25 +180,32 @@ class StreamSource:
         store = self.work.address.connect()
         scripts = Scripts(store)
         watch = StoreWatch(f"entries held from work stream {self.work.stream}")
+        pause = self._reclaim_every
         try:
-            while not self._closing.wait(self._reclaim_every):
+            while not self._closing.wait(pause):
                 try:
                     self._touch_held(scripts)
                 except StoreUnavailable as exc:
                     watch.failed(exc, "their idle time runs on meanwhile")
+                    pause = self._block  # touch again as soon as the store is back, before any reclaim
+                    continue
+                except Exception:  # a refusal of the store's own (NOGROUP, BUSY): said, and tried again
+                    log.exception("work stream %s: touching the held entries failed", self.work.stream)
+                    pause = self._block
                     continue
                 watch.answered()
+                pause = self._reclaim_every
         finally:
             store.close()
 
     def _touch_held(self, scripts: Scripts) -> None:
         """Reset the idle time of every entry this daemon holds and is still pending with it, so no other
-        member takes over one that only waits here; let go of those that are not (taken over, or recorded)."""
+        member takes over one that only waits here; let go of those another member has taken over."""
         held = self.held.snapshot()
         for start in range(0, len(held), 500):
-            taken_over, gone = scripts.touch_held(keys=[self.work.stream],
-                                                  args=[self.work.group, self.consumer, *held[start:start + 500]])
-            self.held.done([*taken_over, *gone])
+            taken_over, _ = scripts.touch_held(keys=[self.work.stream],
+                                               args=[self.work.group, self.consumer, *held[start:start + 500]])
+            self.held.done(taken_over)  # one no longer pending at all (recorded meanwhile) is the writer's to let go
             if taken_over:
                 log.warning("work stream %s: %d entries this member held were taken over by another member (%s): "
                             "they are not sent from here", self.work.stream, len(taken_over), ", ".join(taken_over[:5]))
@@ -225,7 +232,7 @@ class StreamSource:
         with store_call():
             sent = store.hget(self.work.sent, item.receipt)
         if sent is not None:
-            key, nonce = sent.split(" ", 1)
+            key, nonce = sent.split(" ")[:2]  # "key-id nonce consumer"
             return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "
                                         "answer was known; exactly-once does not send it again", item.receipt)
         return replace(item, resumed=True)

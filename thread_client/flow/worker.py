@@ -463,7 +463,7 @@ class Worker(ManagedThread):
     def _freed_late(self, permit: Permit, timed_out_at: float, seen_at: float | None) -> None:
         """The watch of a send that timed out ended (called from the watching thread): its slot frees a
         window after the server's sign, or after the unanswered hold if none came within the cap."""
-        self.key.limiter.release_late(permit, seen_at)
+        self.key.limiter.release_late(permit, sign_seen=seen_at is not None)
         self._listener.late_answer(None if seen_at is None else max(0.0, seen_at - timed_out_at))
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:

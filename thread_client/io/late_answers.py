@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import selectors
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -113,18 +114,20 @@ class LateAnswers:
         """Wait for a sign on any connection, or the next cap; safe to run again after it raised."""
         while True:
             with self._lock:
-                closed, new, self._new = self._closed, self._new, []
-            if closed:
-                self._end(new)
-                return
-            for watch in new:
+                if self._closed:
+                    new, self._new = self._new, []
+                    self._end(new)
+                    return
+                watch = self._new.pop(0) if self._new else None
+            if watch is not None:  # one at a time: a bug starting one loses no other
                 self._start(watch)
+                continue
             events = self._selector.select(self._until_next_cap())
             now = self._clock()
             for selected, _ in events:
                 if selected.fileobj is self._wake_read:
                     _drain(self._wake_read)
-                else:
+                elif _shows_sign(selected.fileobj):
                     self._finish(self._watches[selected.fileobj], now)
             for watch in [w for w in (*self._watches.values(), *self._unwatched) if w.ends_at <= now]:
                 self._finish(watch, None)
@@ -150,13 +153,16 @@ class LateAnswers:
         return max(0.0, min(ends) - self._clock()) if ends else None
 
     def _finish(self, watch: _Watch, seen_at: float | None) -> None:
-        if watch.connection is not None:
-            self._selector.unregister(watch.connection)
-            del self._watches[watch.connection]
-            _close(watch.connection)
-        else:
-            self._unwatched.remove(watch)
-        self._settle(watch, seen_at)
+        """Settle ``watch`` whatever its bookkeeping raises: a slot left unsettled stays in flight for good."""
+        try:
+            if watch.connection is not None:
+                del self._watches[watch.connection]
+                self._selector.unregister(watch.connection)
+                _close(watch.connection)
+            else:
+                self._unwatched.remove(watch)
+        finally:
+            self._settle(watch, seen_at)
 
     def _settle(self, watch: _Watch, seen_at: float | None) -> None:
         with self._lock:
@@ -171,6 +177,7 @@ class LateAnswers:
             _close(watch.connection)
         self._watches.clear()
         self._unwatched.clear()
+        self._count = 0
         self._selector.close()
         self._wake_read.close()
         self._wake_write.close()
@@ -179,6 +186,22 @@ class LateAnswers:
 def _close(connection: socket.socket | None) -> None:
     if connection is not None:
         connection.close()
+
+
+def _shows_sign(connection: socket.socket) -> bool:
+    """Whether what made ``connection`` readable is the server's sign: a byte of the answer, or its end. Over
+    TLS a session ticket the handshake sends on its own makes the socket readable before the server has read
+    the request: only application data (or the end) counts."""
+    if not isinstance(connection, ssl.SSLSocket):
+        return True
+    try:
+        connection.setblocking(False)
+        connection.recv(1)
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:  # reset, or a TLS alert: the connection ended
+        return True
+    return True
 
 
 def _drain(wake: socket.socket) -> None:

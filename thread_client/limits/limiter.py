@@ -231,16 +231,17 @@ class ThreadSafeRateLimiter:
             # A waiter may have seen this slot in flight (no known free time): let it look again.
             self._changed.notify_all()
 
-    def release_late(self, permit: Permit, seen_at: float | None) -> None:
+    def release_late(self, permit: Permit, sign_seen: bool) -> None:
         """Give back the permit of a send that got no answer in time, once the server showed it had
-        read the request (``seen_at``: a late answer's first byte, or the connection's end); its slot
-        frees a window after that. None: no sign came within the watch's cap, and the slot keeps the
-        unanswered hold from now. The order rule learns nothing from it (no round trip was timed)."""
-        if seen_at is None:
+        read the request (``sign_seen``: a late answer's first byte, or the connection's end, just
+        now); its slot frees a window from now, by this limiter's clock. False: no sign came within
+        the watch's cap, and the slot keeps the unanswered hold from now. The order rule learns
+        nothing from it (no round trip was timed)."""
+        if not sign_seen:
             self.release(permit, None)
             return
         with self._changed:
-            self._free_at[permit.slot] = seen_at + self._window
+            self._free_at[permit.slot] = self._clock() + self._window
             self._changed.notify_all()
 
     def cancel(self, permit: Permit) -> None:

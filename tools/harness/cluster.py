@@ -87,14 +87,14 @@ class Cluster:
         subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", self.source_url, str(path)],
                        check=True, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
 
-    def start_member(self, name: str) -> Member:
+    def start_member(self, name: str, *extra: str) -> Member:
         workdir = self.workdir / name
         workdir.mkdir(exist_ok=True)
         port = free_port()
         command = client_command(
             self.server.url, workdir, "--source", self.source_url, "--keys-file", str(self.keys_file),
             "--member", name, "--lease-ttl-ms", str(round(self.lease_ttl * 1000)), "--metrics-port", str(port),
-            "--log-level", "WARNING",
+            "--log-level", "WARNING", *extra,
         )
         log = (workdir / "log.txt").open("a")
         member = Member(name, subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT), port,
