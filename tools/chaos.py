@@ -150,11 +150,13 @@ def odd_lines(workdir: Path) -> list[tuple[str, bool]]:
     source = workdir / "in.jsonl"
     source.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")  # a byte order mark first, as editors write
     results = workdir / "results.jsonl"
+    runs = []
     with ServerProcess() as server:
-        runs = [subprocess.run(client_command(server.url, workdir / run, "--source", str(source), "--results",
-                                              str(results), "--log-level", "WARNING"),
-                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-                for run in ("first", "again") if (workdir / run).mkdir() is None]
+        for run in ("first", "again"):
+            (workdir / run).mkdir()
+            runs.append(subprocess.run(client_command(server.url, workdir / run, "--source", str(source), "--results",
+                                                      str(results), "--log-level", "WARNING"),
+                                       cwd=REPO_ROOT, capture_output=True, text=True, timeout=300))
         accepted = server.accepted()
     records = [json.loads(line) for line in results.read_text().splitlines()]
     invalid = [r for r in records if r["outcome"] == "invalid_input"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 
@@ -92,18 +91,22 @@ def test_no_sign_within_the_cap_settles_with_none():
     server.close()
 
 
-def test_past_the_limit_a_send_holds_its_slot_for_the_whole_cap():
-    """No file descriptor left to watch with: the slot waits out the cap (fewer sends, never a strike)."""
-    watcher = LateAnswers(cap=0.3, max_watched=0)
+def test_past_the_limit_a_send_holds_its_slot_for_the_whole_cap(clock):
+    """No file descriptor left to watch with: the slot waits out the cap (fewer sends, never a strike), even
+    with the server's sign already there. The cap runs on the fake clock: nothing can end it before it moves."""
+    watcher = LateAnswers(cap=30, max_watched=0, clock=clock)
     [thread] = watcher.threads()
     thread.start()
     client, server = socket.socketpair()
-    server.sendall(b"HTTP/1.1 200 OK\r\n")  # a sign already there, that nobody watches
+    server.sendall(b"HTTP/1.1 200 OK\r\n")  # a sign nobody watches
     settled = Settled()
-    handed_over_at = time.monotonic()
     watcher.watch(client, settled)
+    clock.advance(29.9)
+    watcher.watch(socket.socketpair()[0], Settled())  # wakes the thread: the cap has not passed yet
+    assert settled.told == []
+    clock.advance(0.1)
+    watcher.watch(socket.socketpair()[0], Settled())  # wakes it again: now it has
     assert settled.wait() == [None]
-    assert time.monotonic() - handed_over_at >= 0.3  # the whole cap, not a settle at once
     watcher.close()
     thread.join(5)
     server.close()

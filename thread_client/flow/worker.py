@@ -407,7 +407,7 @@ class Worker(ManagedThread):
         if not self.key.may_send():  # a shared key's lease, checked right before the bytes leave (every send)
             limiter.cancel(permit)
             raise KeyNotHeld(self.key.name)
-        if not permit.resend:
+        if self._settles and not permit.resend:  # only a settle reads it: nothing more on the at-least-once path
             self._doubt_epoch = self.key.epoch()
         self._in_doubt = permit
         try:
