@@ -7,12 +7,23 @@ anywhere with ``python original_server.py``.
 Fault injection (``--fail-rate`` and friends) is off by default; each fault is
 decided after the request has spent its rate-limit slot, as a real server's
 failure would be, and is counted in the stats under its own name.
+
+Emulation modes, also off by default, make it answer as other APIs do (the
+client's profiles are tested against them): the key in a header, a JSON body, a
+millisecond timestamp checked against a receive window and the server's own
+clock (which may be set off), per-key secrets and an HMAC-SHA256 signature, and
+a ban of every key (418) after repeated 429s. ``Modes`` holds them.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import email.utils
+import hashlib
+import hmac
 import json
+import math
 import random
 import signal
 import socket
@@ -26,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "main"]
+__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Modes", "main"]
 
 DEFAULT_KEYS = (
     "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
@@ -45,6 +56,11 @@ MSG_INVALID_KEY = "invalid api key"
 MSG_BLOCKED = "too many rate limit errors: blocked"
 MSG_RATE_LIMITED = "exceeded rate limit"
 MSG_INVALID_NONCE = "invalid nonce"
+MSG_BAD_TIMESTAMP = "timestamp outside recv window"
+MSG_BAD_SIGNATURE = "invalid signature"
+MSG_BANNED = "banned: too many rate limit errors"
+#: 429s are counted over this long for a ban (--ban-after).
+BAN_PERIOD_S = 60.0
 
 
 def wall_ms() -> int:
@@ -97,6 +113,34 @@ class FaultRates:
         return None
 
 
+@dataclass(frozen=True)
+class Modes:
+    """How this server emulates another API; the defaults are the contract's own behaviour.
+
+    * ``key_header``: the key comes in this header, not in ``api_key``.
+    * ``json_body``: a ``Content-Type: application/json`` body's object gives fields too.
+    * ``timestamp_ms``: the ``timestamp`` field (or ``X-Timestamp`` header) replaces the nonce rule: it
+      must lie within ``recv_window_ms`` of the server's clock (a ``recvWindow`` field or an
+      ``X-Recv-Window`` header may narrow it); the clock runs ``clock_offset_ms`` off true time, and
+      ``GET /api/time`` tells it.
+    * ``sign``: ``query``, a ``signature`` field last in the query, hex HMAC-SHA256 with the key's
+      secret over the query before it and the body; ``headers``, an ``X-Signature`` header over the
+      timestamp, key, receive window and body. A bad one is answered 401.
+    * ``ban_after``: that many 429s (over all keys) within a minute ban every key for ``ban_s`` (418
+      with Retry-After); each ban lasts twice the last.
+    """
+
+    key_header: str | None = None
+    json_body: bool = False
+    timestamp_ms: bool = False
+    recv_window_ms: int = 5000
+    clock_offset_ms: int = 0
+    sign: str | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
+    ban_after: int | None = None
+    ban_s: float = 10.0
+
+
 class ExchangeState:
     """All mutable server state behind one lock, so every count is exact under concurrency."""
 
@@ -107,6 +151,9 @@ class ExchangeState:
         max_429: int,
         blocked_keys: tuple[str, ...] = (),
         clock_ms: Callable[[], int] = wall_ms,
+        *,
+        ban_after: int | None = None,
+        ban_s: float = 10.0,
     ) -> None:
         self._rate = rate
         self._max_429 = max_429
@@ -122,6 +169,15 @@ class ExchangeState:
         # How often each req_id was accepted, by any key: a count above 1 is a duplicate the client caused.
         self._accepted_ids: dict[str, int] = {}
         self._duplicate_accepts = 0
+        self._bad_timestamp = 0
+        self._bad_signature = 0
+        # The ban (--ban-after): when the recent 429s happened, until when every key is banned, and the next length.
+        self._ban_after = ban_after
+        self._recent_429: collections.deque[float] = collections.deque()
+        self._banned_until = 0.0
+        self._ban_s = ban_s
+        self._bans = 0
+        self._banned_answers = 0
 
     def is_known(self, key: str | None) -> bool:
         return key in self._keys
@@ -133,6 +189,49 @@ class ExchangeState:
     def count_fault(self, name: str) -> None:
         with self._lock:
             self._faults[name] += 1
+
+    def count_refusal(self, signature: bool) -> None:
+        """A bad signature (401) or a timestamp outside the window (400)."""
+        with self._lock:
+            if signature:
+                self._bad_signature += 1
+            else:
+                self._bad_timestamp += 1
+
+    def ban_left(self) -> float:
+        """Seconds the ban has left (counting this request as one sent into it), or 0."""
+        with self._lock:
+            left = self._banned_until - time.monotonic()
+            if left > 0:
+                self._banned_answers += 1
+            return max(left, 0.0)
+
+    def _count_429(self) -> None:
+        """Called with the lock held: one more 429; enough of them within the period ban every key."""
+        if self._ban_after is None:
+            return
+        now = time.monotonic()
+        self._recent_429.append(now)
+        while self._recent_429 and self._recent_429[0] < now - BAN_PERIOD_S:
+            self._recent_429.popleft()
+        if len(self._recent_429) >= self._ban_after:
+            self._recent_429.clear()
+            self._banned_until = now + self._ban_s
+            self._ban_s *= 2
+            self._bans += 1
+
+    def accept_timestamp(self, key: str, req_id: str | None) -> None:
+        """A timestamp inside the window takes the nonce rule's place: accept (and count ``req_id``)."""
+        with self._lock:
+            state = self._keys[key]
+            state.accepted += 1
+            self._count_accepted(req_id)
+
+    def _count_accepted(self, req_id: str | None) -> None:
+        """Called with the lock held."""
+        seen = self._accepted_ids.get(req_id or "", 0)
+        self._accepted_ids[req_id or ""] = seen + 1
+        self._duplicate_accepts += seen > 0
 
     def admit(self, key: str) -> str | None:
         """Steps 3 and 4 of the contract as one atomic step: the error message, or None if a slot was spent."""
@@ -148,6 +247,7 @@ class ExchangeState:
                 state.index = (state.index + 1) % self._rate
                 return None
             state.rate_limited += 1
+            self._count_429()
             return MSG_RATE_LIMITED
 
     def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> bool:
@@ -163,9 +263,7 @@ class ExchangeState:
                 return False
             state.last_nonce = nonce
             state.accepted += 1
-            seen = self._accepted_ids.get(req_id or "", 0)
-            self._accepted_ids[req_id or ""] = seen + 1
-            self._duplicate_accepts += seen > 0
+            self._count_accepted(req_id)
             return True
 
     def accepted_ids(self) -> dict[str, int]:
@@ -194,6 +292,8 @@ class ExchangeState:
             }
             totals["invalid_key"] = self._invalid_key
             totals["duplicate_accepts"] = self._duplicate_accepts
+            totals.update(bad_timestamp=self._bad_timestamp, bad_signature=self._bad_signature, bans=self._bans,
+                          banned_answers=self._banned_answers)
             totals.update(self._faults)
         return {
             "uptime_s": time.monotonic() - self._started,
@@ -226,16 +326,22 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         if self.server.verbose:
             super().log_message(format, *args)
 
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The Date header, from the server's own clock (set off by --clock-offset-ms)."""
+        return email.utils.formatdate(self.server.now_ms() / 1000, usegmt=True)
+
     def do_GET(self) -> None:
         url = urlsplit(self.path)
-        if url.path == "/api/stats":
+        if url.path == "/api/time" and self.server.modes.timestamp_ms:
+            self._answer(200, {"serverTime": self.server.now_ms()})
+        elif url.path == "/api/stats":
             self._answer(200, self.server.state.stats())
         elif url.path == "/api/accepted":
             self._answer(200, {"req_ids": self.server.state.accepted_ids()})
         elif url.path == "/api/request":
-            params = self._params(url.query)
-            if params is not None:
-                self._handle_request(params)
+            read = self._params(url.query)
+            if read is not None:
+                self._handle_request(*read, url.query)
         else:
             self._answer(404, error_body("not found"))
 
@@ -245,8 +351,9 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         """http.server's own errors (bad request line, URI too long) answer JSON like the rest."""
         self._answer(code, error_body(message or self.responses.get(code, ("error",))[0]), close=True)
 
-    def _params(self, query: str) -> dict[str, str] | None:
-        """Fields from the query string, then from a form body (the first value of a repeated field wins)."""
+    def _params(self, query: str) -> tuple[dict[str, str], str] | None:
+        """Fields from the query string, then from a form body (the first value of a repeated field wins),
+        or from a JSON object body (``--json-body``); and the body as text."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -256,15 +363,32 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             return None
         body = self.rfile.read(length).decode("latin-1") if length else ""
         params: dict[str, str] = {}
-        for source in (query, body):
+        is_json = self.server.modes.json_body and self.headers.get("Content-Type", "").startswith("application/json")
+        for source in (query, "" if is_json else body):
             for name, values in parse_qs(source, keep_blank_values=True).items():
                 params.setdefault(name, values[0])
-        return params
+        if is_json:
+            try:
+                fields = json.loads(body.encode("latin-1"))
+            except ValueError:
+                fields = None
+            if not isinstance(fields, dict):
+                self._answer(400, error_body("bad request body"), close=True)
+                return None
+            for name, value in fields.items():
+                params.setdefault(name, value if isinstance(value, str) else json.dumps(value))
+        return params, body
 
-    def _handle_request(self, params: dict[str, str]) -> None:
+    def _handle_request(self, params: dict[str, str], body: str, query: str) -> None:
         server = self.server
         state = server.state
-        key = params.get("api_key")
+        modes = server.modes
+        if modes.ban_after is not None:
+            left = state.ban_left()
+            if left > 0:
+                self._answer(418, error_body(MSG_BANNED), headers={"Retry-After": str(math.ceil(left))})
+                return
+        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
         if key in server.forbidden_keys:
             server.sleep_latency()
             self._answer(403, None, raw=b"<html><body><h1>403 Forbidden</h1></body></html>")
@@ -279,6 +403,11 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             server.sleep_latency()
             self._answer(401, error_body(MSG_INVALID_KEY))
             return
+        if modes.sign is not None and not self._signed(key, params, body, query):
+            state.count_refusal(signature=True)
+            server.sleep_latency()
+            self._answer(401, error_body(MSG_BAD_SIGNATURE))
+            return
         server.sleep_latency()
         refusal = state.admit(key)
         if refusal is not None:
@@ -290,7 +419,14 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             state.count_fault(fault)
             self._answer_fault(fault)
             return
-        if not state.check_nonce(key, params.get("nonce"), params.get("req_id")):
+        if modes.timestamp_ms:
+            if not self._timestamp_in_window(params):
+                state.count_refusal(signature=False)
+                server.sleep_latency()
+                self._answer(400, error_body(MSG_BAD_TIMESTAMP))
+                return
+            state.accept_timestamp(key, params.get("req_id"))
+        elif not state.check_nonce(key, params.get("nonce"), params.get("req_id")):
             server.sleep_latency()
             self._answer(400, error_body(MSG_INVALID_NONCE))
             return
@@ -302,6 +438,34 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             return
         server.sleep_latency()
         self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
+
+    def _field(self, params: dict[str, str], name: str, header: str) -> str | None:
+        return params.get(name) if name in params else self.headers.get(header)
+
+    def _timestamp_in_window(self, params: dict[str, str]) -> bool:
+        """|server time - timestamp| < the receive window (the server's, or a narrower one the request names)."""
+        window = self.server.modes.recv_window_ms
+        try:
+            timestamp = int(self._field(params, "timestamp", "X-Timestamp") or "")
+            asked = self._field(params, "recvWindow", "X-Recv-Window")
+            window = min(window, int(asked)) if asked else window
+        except ValueError:
+            return False
+        return abs(self.server.now_ms() - timestamp) < window
+
+    def _signed(self, key: str, params: dict[str, str], body: str, query: str) -> bool:
+        """Whether the request carries the signature of the key's secret (see ``Modes``)."""
+        secret = self.server.modes.secrets.get(key, "").encode()
+        if self.server.modes.sign == "query":
+            head, marker, signature = query.rpartition("signature=")
+            if not marker or (head and not head.endswith("&")):
+                return False
+            message = head.removesuffix("&") + body
+        else:
+            signature = self.headers.get("X-Signature", "")
+            message = (self.headers.get("X-Timestamp", "") + key + self.headers.get("X-Recv-Window", "") + body)
+        expected = hmac.new(secret, message.encode("latin-1"), hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected.encode(), signature.lower().encode("utf-8", "replace"))
 
     def _answer_fault(self, fault: str) -> None:
         if fault == "drop":
@@ -362,8 +526,10 @@ class ExchangeServer(ThreadingHTTPServer):
         forbidden_keys: frozenset[str] = frozenset(),
         proxy_429_rate: float = 0.0,
         lost_answer_rate: float = 0.0,
+        modes: Modes = Modes(),
     ) -> None:
         self.state = state
+        self.modes = modes
         self.retry_after = retry_after
         self.idle_timeout = idle_timeout
         self.announce_idle_timeout = announce_idle_timeout and idle_timeout is not None
@@ -379,6 +545,10 @@ class ExchangeServer(ThreadingHTTPServer):
         # random.Random is not documented as thread-safe; this lock makes draws so.
         self._random_lock = threading.Lock()
         super().__init__(address, ExchangeHandler)
+
+    def now_ms(self) -> int:
+        """The server's clock in ms: true time, set off by ``modes.clock_offset_ms``."""
+        return wall_ms() + self.modes.clock_offset_ms
 
     def draw(self) -> float:
         with self._random_lock:
@@ -396,15 +566,17 @@ class ExchangeServer(ThreadingHTTPServer):
             time.sleep(delay_ms / 1000)
 
 
-def read_keys(path: str) -> tuple[str, ...]:
-    """Keys from a file, one per line; blank lines and '#' comments are skipped."""
+def read_keys(path: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Keys from a file, one per line, each with its secret after white space if it has one (``KEY
+    SECRET``, the client's keys file); blank lines and '#' comments are skipped."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    keys = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    rows = [line.split() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    keys = tuple(row[0] for row in rows)
     if not keys:
         raise ValueError(f"keys file {path} holds no keys")
     if len(set(keys)) != len(keys):
         raise ValueError(f"keys file {path} lists a key twice")
-    return keys
+    return keys, {row[0]: row[1] for row in rows if len(row) > 1}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -445,6 +617,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lost-answer-rate", type=float, default=0.0,
                         help="probability of accepting a request (nonce spent) and then closing without an answer (default 0)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    modes = parser.add_argument_group("emulating other APIs (off by default: the contract as written)")
+    modes.add_argument("--key-header", metavar="NAME", help="read the key from this header instead of api_key")
+    modes.add_argument("--json-body", action="store_true", help="read fields from a JSON object body as well")
+    modes.add_argument("--timestamp-ms", action="store_true",
+                       help="a 'timestamp' field (or X-Timestamp header) in ms replaces the nonce: it must lie within "
+                       "the receive window of the server's clock; GET /api/time tells the clock")
+    modes.add_argument("--recv-window-ms", type=int, default=5000,
+                       help="the receive window; a request's recvWindow field or X-Recv-Window header may narrow it "
+                       "(default %(default)s)")
+    modes.add_argument("--clock-offset-ms", type=int, default=0,
+                       help="the server's clock runs this far from true time (its Date header too) (default 0)")
+    modes.add_argument("--sign", choices=("query", "headers"),
+                       help="require an HMAC-SHA256 of the key's secret (second column of --keys-file): 'query', a "
+                       "signature field last in the query over the query before it and the body; 'headers', an "
+                       "X-Signature header over X-Timestamp, the key, X-Recv-Window and the body (401 if wrong)")
+    modes.add_argument("--ban-after", type=int, metavar="N",
+                       help="N 429s within a minute ban every key: 418 with Retry-After (default off)")
+    modes.add_argument("--ban-seconds", type=float, default=10.0,
+                       help="the first ban's length; each next ban lasts twice the last (default %(default)s)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
@@ -467,9 +658,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--tls-cert and --tls-key go together")
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
-        args.keys = read_keys(args.keys_file) if args.keys_file else DEFAULT_KEYS
+        args.keys, secrets = read_keys(args.keys_file) if args.keys_file else (DEFAULT_KEYS, {})
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
+    if args.sign and set(secrets) != set(args.keys):
+        parser.error("--sign needs a secret for every key: KEY SECRET per line of --keys-file")
+    if args.ban_after is not None and args.ban_after < 1:
+        parser.error(f"--ban-after must be at least 1, got {args.ban_after}")
+    if not args.ban_seconds > 0 or args.recv_window_ms < 1:
+        parser.error("--ban-seconds and --recv-window-ms must be positive")
+    args.modes = Modes(
+        key_header=args.key_header, json_body=args.json_body, timestamp_ms=args.timestamp_ms,
+        recv_window_ms=args.recv_window_ms, clock_offset_ms=args.clock_offset_ms, sign=args.sign, secrets=secrets,
+        ban_after=args.ban_after, ban_s=args.ban_seconds,
+    )
     args.blocked = tuple(key for key in args.block_keys.split(",") if key)
     unknown = set(args.blocked) - set(args.keys)
     if unknown:
@@ -479,7 +681,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked)
+    state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked, ban_after=args.ban_after,
+                          ban_s=args.ban_seconds)
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
@@ -487,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             announce_idle_timeout=args.announce_idle_timeout,
             close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
-            proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate,
+            proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate, modes=args.modes,
         )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)

@@ -9,7 +9,9 @@ import math
 import os
 import signal
 import socket
+import ssl
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import defaults
@@ -30,25 +32,31 @@ from .io.graveyard import Graveyard
 from .io.results import Results
 from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
-from .io.transport import PARAMS_IN, HttpTransport, tls_context
+from .io.transport import HttpTransport, learn_server_clock, tls_context
 from .limits.keys import HostKeyPool
 from .limits.order_rule import InvalidNonceCost, OrderRule
+from .limits.timestamps import ServerClock, ServerTimestamps
 from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
+from .profile import DEFAULT_PROFILE, ProfileError, Signer, load_profile
+from .profile.model import PARAMS_IN
+from .profile.command import profile_main
 
 __all__ = ["build_config", "build_daemon", "main"]
+
+log = logging.getLogger(__name__)
 
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "ca_file", "rate", "max_retries", "max_retry_after", "max_strikes", "server_max_429",
-    "queue_size", "load", "source", "follow", "params_in", "duration", "metrics_interval", "metrics_port", "outage_after",
+    "url", "ca_file", "rate", "max_retries", "max_retry_after", "max_strikes",
+    "queue_size", "load", "source", "follow", "duration", "metrics_interval", "metrics_port", "outage_after",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
 
 
 # Beside the daemon (no sub-command): work into the shared store, and its state.
-_SUBCOMMANDS = {"submit": submit_main, "status": status_main}
+_SUBCOMMANDS = {"submit": submit_main, "status": status_main, "profile": profile_main}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,13 +77,20 @@ def _parser() -> argparse.ArgumentParser:
         "as fast as the limits allow, without tripping them and without losing a request.",
         epilog=f"Keys: --keys-file, else ${KEYS_ENV} (comma or space separated), else the reference "
         f"server's public test keys. {EXIT_HELP} Sub-commands beside the daemon: '{PROG} submit --to URL FILE' "
-        f"puts requests into a work stream, '{PROG} status --redis URL' shows its state (each has --help).",
+        f"puts requests into a work stream, '{PROG} status --redis URL' shows its state, '{PROG} profile "
+        "list|show|check' lists, shows and checks API profiles (each has --help).",
     )
     add = p.add_argument
     add("--url", default=DEFAULT_URL,
-        help="the exchange: its base (http[s]://HOST[:PORT]) or the full endpoint (.../api/request) (default %(default)s)")
+        help="the API: its base (http[s]://HOST[:PORT][/PREFIX]) or the full endpoint (base and the profile's path) "
+        "(default %(default)s)")
+    add("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+        help="the API's profile: how a request is built, signed and read (TOML); a built-in name or a file "
+        f"('{PROG} profile list') (default %(default)s)")
     add("--ca-file", metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
-    add("--keys-file", metavar="PATH", help="file with one API key per line ('#' comments allowed)")
+    add("--keys-file", metavar="PATH",
+        help="file with one API key per line, 'KEY [SECRET [ACCOUNT]]' ('#' comments allowed); a file with "
+        "secrets must not be readable by group or others")
     add("--rate", type=bounded(int, 1, 10_000), default=defaults.RATE,
         help="requests per key per window, as the server enforces (default %(default)s)")
     add("--window-ms", type=bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
@@ -83,10 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     add("--order-latency-ms", type=bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
         help="a send may follow the previous one on its key after this long, even unanswered, until the order "
         "rule has learnt the gap that gets the most requests accepted from the answers (default %(default)s)")
-    add("--invalid-nonce", choices=[cost.value for cost in InvalidNonceCost], default=InvalidNonceCost.FREE.value,
+    add("--invalid-nonce", choices=[cost.value for cost in InvalidNonceCost],
         help="what a 400 invalid nonce costs at the exchange: 'free' (only its slot, as the reference exchange: "
         "the order rule maximizes accepted requests per second) or 'counted' (against the key: the order rule "
-        "keeps them under 1%% of sends) (default %(default)s)")
+        "keeps them under 1%% of sends) (default: the profile's [penalty] invalid_nonce)")
     add("--ttl-ms", type=bounded(float, 1, 86_400_000, "ms"), default=_ms(defaults.TTL),
         help="how long a request may wait for a rate-limit slot; past it, it goes back to the queue with a "
         "fresh time-to-live, counted as expired, at no cost to its retries (default %(default)s)")
@@ -100,8 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-strikes", type=bounded(int, 1, 1000), default=defaults.MAX_STRIKES,
         help="unexplained 429s after which a key is parked for the rest of the run (default %(default)s); "
         "must stay below --server-max-429")
-    add("--server-max-429", type=bounded(int, 1, 1_000_000), default=defaults.SERVER_MAX_429, metavar="N",
-        help="rate-limit rejections after which the server blocks a key for good (default %(default)s)")
+    add("--server-max-429", type=bounded(int, 1, 1_000_000), metavar="N",
+        help="rate-limit rejections after which the server blocks a key for good (default: the profile's "
+        "[penalty] strikes_to_block)")
     add("--state-dir", metavar="PATH",
         help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
         "or ~/.local/state/thread_client)")
@@ -128,8 +144,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with a redis:// --source: a key's lease lasts this long unrenewed; a member that dies loses its "
         "keys after at most this, and they are taken over a window and an HTTP timeout later (default %(default)s)")
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
-    add("--params-in", choices=PARAMS_IN, default="query",
-        help="send a request's params in the query string or as a form body (default %(default)s)")
+    add("--params-in", choices=PARAMS_IN,
+        help="send a request's params in the query string, a form body or a JSON body (default: the profile's "
+        "[request] params_in)")
     add("--load", choices=LOADS, default="exercise",
         help="with --source generate: exercise, the original load, randint(0, 21) ms between requests; "
         "saturate, keep the queue full")
@@ -169,11 +186,16 @@ def build_config(argv: list[str] | None = None) -> Config:
             _check_writable(flag, path)
         if args.source not in ("generate", "-") and not from_stream and not os.access(args.source, os.R_OK):
             raise ConfigError(f"--source {args.source}: cannot read it")
-        keys, keys_source = load_keys(args.keys_file)
+        keys = load_keys(args.keys_file)
         delivery = Delivery.named(args.delivery)
+        profile = load_profile(args.profile)
+        if args.params_in is not None:
+            profile = replace(profile, request=replace(profile.request, params_in=args.params_in))
         return Config(
-            keys=keys,
-            keys_source=keys_source,
+            keys=keys.keys,
+            keys_source=keys.source,
+            secrets=keys.secrets,
+            profile=profile,
             results=args.results,
             member=args.member or f"{socket.gethostname()}-{os.getpid()}",
             state_dir=args.state_dir or str(default_state_dir()),
@@ -181,13 +203,14 @@ def build_config(argv: list[str] | None = None) -> Config:
             threads_per_key=args.threads_per_key or delivery.threads_per_key,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
-            invalid_nonce=InvalidNonceCost(args.invalid_nonce),
+            invalid_nonce=InvalidNonceCost(args.invalid_nonce or profile.penalty.invalid_nonce),
+            server_max_429=args.server_max_429 or profile.penalty.strikes_to_block,
             ttl=args.ttl_ms / 1000,
             http_timeout=args.http_timeout_ms / 1000,
             lease_ttl=args.lease_ttl_ms / 1000,
             **{name: getattr(args, name) for name in _SAME_AS_CONFIG},
         )
-    except ConfigError as exc:
+    except (ConfigError, ProfileError) as exc:
         parser.error(str(exc))
         raise  # unreachable: error() exits
 
@@ -212,22 +235,26 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     delivery = config.delivery
+    profile = config.profile
     # One send in flight per key: the order gate opens only on a definite answer. Otherwise the gap
-    # between a key's sends is learnt from the answers, by one rule for the host's keys.
-    order_latency = math.inf if delivery.one_in_flight else config.order_latency
-    order_rule = None if delivery.one_in_flight else OrderRule(
+    # between a key's sends is learnt from the answers, by one rule for the host's keys. An API that
+    # does not order its nonces (timestamps, none) needs no gap at all.
+    order_latency = math.inf if delivery.one_in_flight else config.order_latency if profile.nonce.ordered else 0.0
+    order_rule = None if delivery.one_in_flight or not profile.nonce.ordered else OrderRule(
         config.order_latency, rate=config.rate, window=config.window, cost=config.invalid_nonce)
+    server_clock, timestamps = _server_clock(config, context)
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
             work.address, config.keys, config.member, rate=config.rate, window=config.window,
-            order_latency=order_latency, order_rule=order_rule, unanswered_hold=config.http_timeout,
-            lease_ttl=config.lease_ttl, clock=clock,
+            order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
+            unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
         keys = HostKeyPool.open(
             config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
-            order_latency=order_latency, order_rule=order_rule, unanswered_hold=config.http_timeout, clock=clock,
+            order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
+            unanswered_hold=config.http_timeout, clock=clock,
         )
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
@@ -269,12 +296,31 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         keep_unsent=resumable or config.from_stream,
         keys=keys,
         transports=lambda key: HttpTransport(
-            config.url, key.secret, config.http_timeout, ssl_context=context, params_in=config.params_in
+            config.url, key.secret, config.http_timeout, ssl_context=context, profile=profile,
+            signer=Signer(profile.sign, config.secret_of(key.secret)) if profile.sign is not None else None,  # type: ignore[arg-type]
+            server_clock=server_clock,
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes, strike_budget=config.strike_budget),
         clock=clock,
     )
+
+
+def _server_clock(config: Config, context: ssl.SSLContext | None) -> tuple[ServerClock | None, ServerTimestamps | None]:
+    """For a timestamp API: the estimate of the server's clock every answer teaches, asked once of the
+    profile's time endpoint first (if it names one), and the keys' timestamps drawn from it."""
+    nonce = config.profile.nonce
+    if not nonce.is_timestamp:
+        return None, None
+    server_clock = ServerClock()
+    if nonce.time_path:
+        try:
+            learn_server_clock(config.url, config.profile, server_clock, config.http_timeout, context)
+            log.info("server clock: %+.0f ms from ours (asked %s)", server_clock.offset_ms, nonce.time_path)
+        except (OSError, ValueError) as exc:
+            log.warning("server clock: %s could not be read (%s); learning it from the answers' Date", nonce.time_path,
+                        exc)
+    return server_clock, ServerTimestamps(server_clock, per_ms=1000 if nonce.style == "timestamp-us" else 1)
 
 
 def _configure_logging(config: Config) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -13,10 +14,12 @@ from .cluster.work_stream import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS
-from .io.transport import PARAMS_IN
 from .limits.order_rule import InvalidNonceCost
+from .profile import Profile, Secret, Signer, load_profile
 
-__all__ = ["Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "default_state_dir", "load_keys"]
+__all__ = [
+    "Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "KeyList", "default_state_dir", "load_keys",
+]
 
 DEFAULT_URL = "http://127.0.0.1:9999"
 KEYS_ENV = "THREAD_CLIENT_KEYS"
@@ -39,6 +42,9 @@ class Config:
     url: str = DEFAULT_URL
     keys: tuple[str, ...] = DEFAULT_KEYS
     keys_source: str = DEFAULT_KEYS_SOURCE
+    # Each key's signing secret (None: the keys file gave none), in the order of ``keys``; shown as ***.
+    secrets: tuple[Secret | None, ...] = ()
+    profile: Profile = field(default_factory=load_profile)  # the API: request, nonce, signing, answers
     ca_file: str | None = None
     rate: int = defaults.RATE
     window: float = defaults.WINDOW
@@ -59,7 +65,6 @@ class Config:
     member: str = ""  # this daemon's name in a work stream's consumer group (default: host-pid)
     lease_ttl: float = defaults.LEASE_TTL  # with a work stream: how long a key's lease lasts unrenewed
     follow: bool = False
-    params_in: str = "query"
     duration: float = 0.0
     outage_after: float = defaults.OUTAGE_AFTER
     metrics_interval: float = defaults.METRICS_INTERVAL
@@ -114,8 +119,7 @@ class Config:
                                   "or give --results redis://...?stream=NAME")
         elif is_store_url(self.results):
             raise ConfigError("--results redis://... needs a redis:// --source (each record acknowledges its entry)")
-        if self.params_in not in PARAMS_IN:
-            raise ConfigError(f"--params-in must be one of {', '.join(PARAMS_IN)}, got {self.params_in!r}")
+        self._check_profile()
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:
@@ -123,6 +127,29 @@ class Config:
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
 
+    def _check_profile(self) -> None:
+        """What the profile asks of the keys and the delivery promise."""
+        profile = self.profile
+        if self.secrets and len(self.secrets) != len(self.keys):
+            raise ConfigError("secrets must be given one per key")
+        if profile.sign is not None:
+            missing = [index + 1 for index, secret in enumerate(self.secrets or (None,) * len(self.keys)) if secret is None]
+            if missing:
+                raise ConfigError(f"profile {profile.name} signs requests: key(s) number {', '.join(map(str, missing))} "
+                                  f"of the {self.keys_source} have no secret (give KEY SECRET per line)")
+            for index, secret in enumerate(self.secrets):
+                try:
+                    Signer(profile.sign, secret)  # type: ignore[arg-type]  # checked above: none is None
+                except ValueError as exc:
+                    raise ConfigError(f"key number {index + 1} of the {self.keys_source}: {exc}") from exc
+        if self.delivery.settles_ambiguous and not profile.nonce.ordered:
+            raise ConfigError(f"--delivery {self.delivery} proves a lost answer's fate by the nonce rule (a nonce sent "
+                              f"again is refused once accepted): profile {profile.name} has [nonce] style "
+                              f"{profile.nonce.style}, so only at-least-once applies")
+
+    def secret_of(self, key: str) -> Secret | None:
+        """The signing secret of ``key``, if the keys file gave one."""
+        return dict(zip(self.keys, self.secrets)).get(key) if self.secrets else None
 
     @property
     def strike_budget(self) -> int:
@@ -167,33 +194,56 @@ def default_state_dir(environ: dict[str, str] | os._Environ[str] = os.environ) -
     return Path(base) / "thread_client"
 
 
-def load_keys(
-    path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ
-) -> tuple[tuple[str, ...], str]:
-    """API keys and where they came from: ``path`` (one per line; blank lines and ``#`` comments
-    skipped), else the ``THREAD_CLIENT_KEYS`` variable (comma or white-space separated), else the test keys.
+@dataclass(frozen=True)
+class KeyList:
+    """The API keys and where they came from, with each one's signing secret (None where the file gave
+    none) and account (empty where it gave none: the key is its own account)."""
 
-    Raises ConfigError naming the file (never a key) when it is missing, unreadable,
-    empty, or lists a key twice.
+    keys: tuple[str, ...]
+    source: str
+    secrets: tuple[Secret | None, ...] = ()
+    accounts: tuple[str, ...] = ()
+
+
+def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> KeyList:
+    """API keys and where they came from: ``path`` (one per line, ``KEY [SECRET [ACCOUNT]]`` separated by
+    white space; blank lines and ``#`` comments skipped), else the ``THREAD_CLIENT_KEYS`` variable (comma or
+    white-space separated keys), else the test keys.
+
+    Raises ConfigError naming the file (never a key or a secret) when it is missing, unreadable, empty,
+    lists a key twice, has more than three columns, or holds secrets and can be read by others.
     """
     if path is not None:
         try:
             text = Path(path).read_text(encoding="utf-8-sig")  # an editor's byte-order mark is no part of a key
+            mode = os.stat(path).st_mode
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
             raise ConfigError(f"cannot read keys file {path}: {reason}") from exc
-        keys = [line.strip() for line in text.splitlines()]
-        keys = [key for key in keys if key and not key.startswith("#")]
         source = f"keys file {path}"
+        numbered = [(number, line.split()) for number, line in enumerate(text.splitlines(), 1)]
+        numbered = [(number, row) for number, row in numbered if row and not row[0].startswith("#")]
+        for number, row in numbered:
+            if len(row) > 3:
+                raise ConfigError(f"{source}:{number}: more than three columns (KEY SECRET ACCOUNT)")
+        rows = [row for _, row in numbered]
+        keys = [row[0] for row in rows]
+        secrets = tuple(Secret(row[1]) if len(row) > 1 else None for row in rows)
+        accounts = tuple(row[2] if len(row) > 2 else "" for row in rows)
+        if any(secrets) and mode & (stat.S_IRGRP | stat.S_IROTH):
+            raise ConfigError(f"{source} holds secrets and can be read by group or others "
+                              f"(mode {stat.filemode(mode)}): chmod 600 {path}")
+        if not any(secrets):
+            secrets = ()
+        if not any(accounts):
+            accounts = ()
     elif environ.get(KEYS_ENV, "").strip():
         keys = environ[KEYS_ENV].replace(",", " ").split()
-        source = f"${KEYS_ENV}"
+        source, secrets, accounts = f"${KEYS_ENV}", (), ()
     else:
-        return DEFAULT_KEYS, DEFAULT_KEYS_SOURCE
+        return KeyList(DEFAULT_KEYS, DEFAULT_KEYS_SOURCE)
     if not keys:
         raise ConfigError(f"{source} holds no keys")
-    if any(" " in key or "\t" in key for key in keys):
-        raise ConfigError(f"{source}: a key contains white space")
     if len(set(keys)) != len(keys):
         raise ConfigError(f"{source} lists a key twice")
-    return tuple(keys), source
+    return KeyList(tuple(keys), source, secrets, accounts)

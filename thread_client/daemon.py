@@ -22,6 +22,7 @@ from .io.graveyard import Graveyard
 from .io.late_answers import LateAnswers
 from .io.resume import EarlierSend
 from .io.transport import endpoint_of
+from .limits.host_ban import HostBan
 from .limits.keys import ApiKey
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
 from .request import FinalOutcome, Request
@@ -30,6 +31,7 @@ from .observe.prometheus import MetricsServer
 from .observe.report import MetricsReporter, QueueMonitor
 from .observe.status import DaemonStatus, KeyStatus
 from .observe.summary import Summary
+from .policy.answers import AnswerTable
 from .policy.retry import RetryPolicy
 from .stop_latch import StopLatch
 from .threads import ManagedThread
@@ -106,12 +108,15 @@ class Daemon:
         )
         self.requeuer = Requeuer(self.queues)
         earlier = self._take_up(earlier_sends or {})
+        # The host's ban (an exchange's 418): every key waits it out, a repeat lasts longer.
+        self.ban = HostBan(keys.hold_all, clock=clock)
+        answers = AnswerTable(config.profile)
         self.workers = [
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
-                on_stop=self._on_stop, journal=journal, late_answers=self.late_answers,
-                earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
+                on_stop=self._on_stop, on_ban=self.ban.banned, journal=journal, late_answers=self.late_answers,
+                answers=answers, earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
             )
             for key in keys
             for index in range(config.threads_per_key)
@@ -190,9 +195,10 @@ class Daemon:
         for thread in [*self.reporters, *self.workers, self.requeuer, self.producer]:
             thread.start()
         log.info(
-            "thread_client started: %s (%s) x %s against %s, %s",
+            "thread_client started: %s (%s) x %s against %s (profile %s), %s",
             _count(len(self.keys), "key"), self.config.keys_source, _count(self.config.threads_per_key, "thread"),
-            endpoint_of(self.config.url), self.config.delivery,
+            endpoint_of(self.config.url, self.config.profile.request.path), self.config.profile.name,
+            self.config.delivery,
         )
 
     def request_stop(self, reason: str = "stopped") -> None:

@@ -6,7 +6,7 @@ Times are in seconds (the command line shows some in milliseconds). Each value s
 from __future__ import annotations
 
 __all__ = [
-    "HTTP_TIMEOUT", "LATE_ANSWER_CAP", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES",
+    "BAN_MEMORY", "BAN_PAUSE", "HTTP_TIMEOUT", "LATE_ANSWER_CAP", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES",
     "METRICS_INTERVAL", "ORDER_LATENCY", "OUTAGE_AFTER", "QUEUE_SIZE", "RATE", "SERVER_MAX_429", "THREADS_PER_KEY", "TTL", "WINDOW",
 ]
 
@@ -47,3 +47,7 @@ LEASE_TTL = 3.0
 MAX_BODY_BYTES = 4096
 #: Seconds between two metrics blocks.
 METRICS_INTERVAL = 5.0
+#: A host ban (an exchange's 418) that names no length is waited out this long.
+BAN_PAUSE = 60.0
+#: A ban within this long of the last one's end is a repeat: it lasts at least twice the last.
+BAN_MEMORY = 3600.0

@@ -83,7 +83,8 @@ def test_a_pipe_in_and_results_on_standard_output(fast_server, tmp_path):
 
 
 class Recorder(BaseHTTPRequestHandler):
-    """An exchange that accepts everything and remembers each request's fields, from the query and the body."""
+    """An exchange that accepts everything and remembers each request's fields, from the query and the body
+    (a form's, or a JSON object's)."""
 
     protocol_version = "HTTP/1.1"
     seen: list[dict[str, str]] = []
@@ -92,7 +93,10 @@ class Recorder(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         fields = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
         body = self.rfile.read(length).decode() if length else ""
-        fields.update({f"body:{k}": v[0] for k, v in parse_qs(body).items()})
+        if self.headers.get("Content-Type") == "application/json":
+            fields.update({f"body:{k}": v for k, v in json.loads(body).items()})
+        else:
+            fields.update({f"body:{k}": v[0] for k, v in parse_qs(body).items()})
         Recorder.seen.append(fields)
         answer = json.dumps({"status": "OK", "req_id": fields.get("req_id")}).encode()
         self.send_response(200)
@@ -104,7 +108,7 @@ class Recorder(BaseHTTPRequestHandler):
         pass
 
 
-def test_params_travel_in_the_query_or_as_a_form_body(tmp_path):
+def test_params_travel_in_the_query_a_form_body_or_a_json_body(tmp_path):
     source = tmp_path / "in.jsonl"
     write_requests(source, 3)
     keys = tmp_path / "keys.txt"
@@ -113,7 +117,7 @@ def test_params_travel_in_the_query_or_as_a_form_body(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        for mode, prefix in (("query", ""), ("form", "body:")):
+        for mode, prefix in (("query", ""), ("form", "body:"), ("json", "body:")):
             Recorder.seen = []
             run_dir = tmp_path / mode
             run_dir.mkdir()
@@ -121,10 +125,11 @@ def test_params_travel_in_the_query_or_as_a_form_body(tmp_path):
                                      "--params-in", mode, "--duration", "30")
             result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
             assert result.returncode == 0, result.stdout
-            sent = {fields["req_id"]: fields for fields in Recorder.seen}
+            # The key, nonce and id travel with the params (the reference profile names them in its [request]).
+            sent = {fields[f"{prefix}req_id"]: fields for fields in Recorder.seen}
             assert set(sent) == {"order-1", "order-2", "order-3"}
             assert sent["order-2"][f"{prefix}amount"] == "2" and sent["order-2"][f"{prefix}side"] == "buy"
-            assert sent["order-2"]["api_key"] == KEYS[0] and sent["order-2"]["nonce"].isdigit()
+            assert sent["order-2"][f"{prefix}api_key"] == KEYS[0] and sent["order-2"][f"{prefix}nonce"].isdigit()
     finally:
         server.shutdown()
         server.server_close()

@@ -120,6 +120,10 @@ def test_stats_count_what_was_sent(fast_server):
         "proxy_429": 0,
         "lost_answer": 0,
         "duplicate_accepts": 0,
+        "bad_timestamp": 0,  # the emulation modes' counts: 0 with every mode off
+        "bad_signature": 0,
+        "bans": 0,
+        "banned_answers": 0,
     }
     assert stats["keys"][KEYS[1]]["last_nonce"] == 5
     assert isinstance(stats["uptime_s"], float)

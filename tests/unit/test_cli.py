@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import socket
 import subprocess
@@ -14,7 +13,9 @@ import pytest
 from conftest import KEYS, ROOT
 from thread_client.cli import build_config
 from thread_client.cluster.commands import submit_main
-from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, Config, load_keys
+from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, Config, KeyList, load_keys
+from thread_client.delivery import Delivery
+from thread_client.profile import Secret, load_profile
 from thread_client.io.transport import endpoint_of
 from thread_client.errors import ConfigError
 
@@ -72,14 +73,14 @@ def test_submit_refuses_a_memory_of_ids_that_is_no_span_of_days(days, capsys):
 def test_keys_file_rules(tmp_path):
     good = tmp_path / "keys.txt"
     good.write_text(f"# production keys\n{KEYS[0]}\n\n  {KEYS[1]}  \n")
-    assert load_keys(str(good)) == (KEYS[:2], f"keys file {good}")
+    assert load_keys(str(good)) == KeyList(KEYS[:2], f"keys file {good}")
     good.write_bytes(f"{KEYS[0]}\n{KEYS[1]}\n".encode("utf-8-sig"))  # a Windows editor's byte-order mark
-    assert load_keys(str(good)) == (KEYS[:2], f"keys file {good}")
+    assert load_keys(str(good)) == KeyList(KEYS[:2], f"keys file {good}")
     for name, text, message in [
         ("empty.txt", "", "holds no keys"),
         ("blank.txt", "\n\n# only comments\n", "holds no keys"),
         ("dupes.txt", f"{KEYS[0]}\n{KEYS[0]}\n", "lists a key twice"),
-        ("spaces.txt", "two words\n", "white space"),
+        ("columns.txt", f"{KEYS[0]} secret account more\n", ":1: more than three columns"),
     ]:
         path = tmp_path / name
         path.write_text(text)
@@ -98,8 +99,44 @@ def test_unreadable_keys_file(tmp_path):
 
 
 def test_keys_from_the_environment():
-    assert load_keys(None, {KEYS_ENV: f"{KEYS[0]}, {KEYS[1]}\n{KEYS[2]}"}) == (KEYS[:3], f"${KEYS_ENV}")
-    assert load_keys(None, {}) == (KEYS, DEFAULT_KEYS_SOURCE)
+    assert load_keys(None, {KEYS_ENV: f"{KEYS[0]}, {KEYS[1]}\n{KEYS[2]}"}) == KeyList(KEYS[:3], f"${KEYS_ENV}")
+    assert load_keys(None, {}) == KeyList(KEYS, DEFAULT_KEYS_SOURCE)
+
+
+def test_secrets_and_accounts_come_from_the_second_and_third_columns_and_never_show(tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_text(f"# key secret account\n{KEYS[0]}  s3cret-one  acct-a\n{KEYS[1]}\ts3cret-two\n")
+    path.chmod(0o600)
+    loaded = load_keys(str(path))
+    assert loaded.keys == KEYS[:2] and loaded.accounts == ("acct-a", "")
+    assert [secret.reveal() for secret in loaded.secrets] == ["s3cret-one", "s3cret-two"]
+    assert "s3cret" not in repr(loaded) and "s3cret" not in str(loaded.secrets[0])
+    config = Config(keys=loaded.keys, secrets=loaded.secrets, profile=load_profile("signed-post-json"))
+    assert "s3cret" not in repr(config) and config.secret_of(KEYS[1]).reveal() == "s3cret-two"
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_keys_file_with_secrets_readable_by_others_is_refused_saying_why(tmp_path, mode):
+    path = tmp_path / "keys.txt"
+    path.write_text(f"{KEYS[0]} s3cret\n")
+    path.chmod(mode)
+    with pytest.raises(ConfigError, match="holds secrets and can be read by group or others.*chmod 600") as raised:
+        load_keys(str(path))
+    assert "s3cret" not in str(raised.value) and KEYS[0] not in str(raised.value)
+    path.write_text(f"{KEYS[0]}\n")  # without secrets the mode is the user's business, as before
+    assert load_keys(str(path)).keys == KEYS[:1]
+
+
+def test_a_signing_profile_needs_every_key_s_secret_and_exactly_once_needs_a_counter_nonce():
+    signed = load_profile("signed-post-json")
+    with pytest.raises(ConfigError, match="signs requests: key.s. number 1, 2 .*no secret"):
+        Config(keys=KEYS[:2], profile=signed)
+    with pytest.raises(ConfigError, match="key number 1 .*not base64"):
+        Config(keys=KEYS[:1], secrets=(Secret("not base64!"),),
+               profile=dataclasses.replace(signed, sign=dataclasses.replace(signed.sign, secret_encoding="base64")))
+    with pytest.raises(ConfigError, match="nonce rule.*style timestamp-ms"):
+        Config(keys=KEYS[:1], secrets=(Secret("s"),), profile=signed, delivery=Delivery.named("exactly-once"),
+               threads_per_key=1)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9999", "http://127.0.0.1:9999/", "https://exchange.example",

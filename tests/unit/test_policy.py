@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from thread_client.policy.answers import Outcome, Reading, classify
+from thread_client.policy.answers import Outcome, Reading, reference_table
 from thread_client.policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from thread_client.request import FinalOutcome
 
@@ -18,6 +18,9 @@ def policy(**kwargs) -> RetryPolicy:
 
 def error(message: str) -> bytes:
     return f'{{"status": "error", "error_msg": "{message}"}}'.encode()
+
+
+classify = reference_table().classify
 
 
 # -- classify: one row of the table each ------------------------------------------------

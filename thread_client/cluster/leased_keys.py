@@ -22,6 +22,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..limits.keys import ApiKey, BaseKeyPool, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
+from ..limits.timestamps import ServerTimestamps
 from ..limits.order_rule import OrderRule
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
@@ -59,6 +60,7 @@ class LeasedKeyPool(BaseKeyPool):
         order_latency: float,
         unanswered_hold: float,
         order_rule: OrderRule | None = None,
+        timestamps: ServerTimestamps | None = None,
         lease_ttl: float = defaults.LEASE_TTL,
         keyspace: Keyspace = Keyspace(),
         clock: Clock = monotonic,
@@ -74,7 +76,7 @@ class LeasedKeyPool(BaseKeyPool):
             names = keyspace.key(secret)
             lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), clock=clock)
-            nonces = NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
+            nonces = timestamps or NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
                 rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,

@@ -26,6 +26,9 @@ class Listener:
         """A kept connection the server had closed (or was about to) was replaced before a send, or by
         one resend of the same nonce; not an attempt."""
 
+    def unmatched_answer(self, status: int) -> None:
+        """An answer with ``status`` met no rule of the profile's answer table (read as "anything else")."""
+
     def late_answer(self, waited: float | None) -> None:
         """A send that timed out gave its slot back: the server showed it read the request ``waited``
         seconds after the timeout (a late answer, or a close), or None: it showed nothing within the cap."""

@@ -18,7 +18,7 @@ from ..io.late_answers import LateAnswers
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
 from ..parts import Journal, Transport
-from ..policy.answers import Outcome, Reading, classify
+from ..policy.answers import AnswerTable, Outcome, Reading, reference_table
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from ..request import Request
 from ..threads import ManagedThread
@@ -62,8 +62,10 @@ class Worker(ManagedThread):
         index: int = 0,
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
+        on_ban: Callable[[float | None], float] = lambda retry_after: 0.0,
         journal: Journal | None = None,
         late_answers: LateAnswers | None = None,
+        answers: AnswerTable | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
@@ -78,12 +80,15 @@ class Worker(ManagedThread):
         self._stopping = stop
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
+        self._on_ban = on_ban
         # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
         self._settles = delivery.settles_ambiguous
         self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
         self._journal = journal
         # Where the connection of a send that timed out goes, so its slot waits for the server's sign.
         self._late_answers = late_answers
+        # The profile's answer rules, compiled: how an answer reads.
+        self._classify = (answers or reference_table()).classify
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
         self._clock = clock
@@ -441,7 +446,9 @@ class Worker(ManagedThread):
         self._transport_bugs = 0
         try:
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
-            reading = classify(answer.status, answer.body, request.req_id)
+            reading = self._classify(answer.status, answer.body, request.req_id)
+            if reading.unmatched:
+                self._listener.unmatched_answer(answer.status)
             accepted = reading.outcome is Outcome.ACCEPTED
         finally:
             limiter.release(permit, answered_at, accepted=accepted)
@@ -493,6 +500,10 @@ class Worker(ManagedThread):
             log.log(logging.WARNING if action.key_delay >= 1 else logging.DEBUG,
                     "%s: the server asked for a pause: no send on this key for %.1f s%s",
                     self.key.name, action.key_delay, capped)
+        elif action.key is KeyStep.BAN:
+            pause = self._on_ban(retry_after)
+            if pause:
+                log.warning("%s: the host is banned (%s): no key sends for %.1f s", self.key.name, reading.detail, pause)
         elif action.key is KeyStep.RESYNC:
             gap = limiter.note_invalid_nonce()  # the order rule's bet lost: it costs the slot, nothing more
             log.debug("%s: 400 invalid nonce; order gap %.1f ms", self.key.name, 1000 * gap)

@@ -4,36 +4,40 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import json
 import math
 import select
 import socket
 import ssl
 import time
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, StaleConnection
+from ..limits.timestamps import ServerClock
 from ..parts import Answer
+from ..profile import Profile, RequestShape, Signer
+from .request_writer import RequestWriter
 
 __all__ = [
-    "ENDPOINT_PATH", "PARAMS_IN", "HttpTransport", "endpoint_of", "idle_limit", "parse_retry_after", "tls_context",
+    "HttpTransport", "base_path", "endpoint_of", "idle_limit", "learn_server_clock", "parse_retry_after", "tls_context",
 ]
 
-#: The contract's endpoint; ``--url`` may name it or only the server's base.
-ENDPOINT_PATH = "/api/request"
-#: Where a request's own parameters travel: the query string, or a form-encoded body on the GET.
-PARAMS_IN = ("query", "form")
-_FORM = "application/x-www-form-urlencoded"
+_REFERENCE_PATH = RequestShape().path
 
 
-def endpoint_of(url: str) -> str:
-    """The full endpoint URL for ``url``, which may be the base (``http://host:port``) or the endpoint itself."""
+def base_path(url: str, path: str = _REFERENCE_PATH) -> str:
+    """The path before the profile's ``path`` in ``url``, which may be the server's base
+    (``http://host:port[/prefix]``) or the endpoint itself (``.../api/request``)."""
+    prefix = urlsplit(url).path.rstrip("/")
+    return prefix.removesuffix(path.rstrip("/")) if prefix.endswith(path.rstrip("/")) else prefix
+
+
+def endpoint_of(url: str, path: str = _REFERENCE_PATH) -> str:
+    """The full endpoint URL for ``url`` and the profile's request ``path``."""
     parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    if not path.endswith(ENDPOINT_PATH):
-        path += ENDPOINT_PATH
-    return f"{parts.scheme}://{parts.netloc}{path}"
+    return f"{parts.scheme}://{parts.netloc}{base_path(url, path)}{path}"
 
 
 def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
@@ -42,7 +46,8 @@ def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
 
 
 class HttpTransport:
-    """A ``Transport``: ``GET <endpoint>?api_key&nonce&req_id`` for one API key over one persistent connection.
+    """A ``Transport``: one API key's requests, built as the profile says (``RequestWriter``), over one
+    persistent connection. The reference profile's: ``GET <endpoint>?api_key&nonce&req_id``.
 
     The stdlib ``http.client`` connection is the layer urllib3 and requests are
     built on; used directly it costs the least CPU per call (see the README).
@@ -70,15 +75,18 @@ class HttpTransport:
         timeout: float = defaults.HTTP_TIMEOUT,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        params_in: str = "query",
+        profile: Profile | None = None,
+        signer: Signer | None = None,
+        server_clock: ServerClock | None = None,
         clock: Clock = monotonic,
     ) -> None:
-        if params_in not in PARAMS_IN:
-            raise ValueError(f"params_in must be one of {PARAMS_IN}, got {params_in!r}")
-        self._form = params_in == "form"
-        parts = urlsplit(endpoint_of(url))
-        self.endpoint = endpoint_of(url)
-        self._prefix = f"{parts.path}?api_key={quote(api_key)}&nonce="
+        profile = profile or Profile("reference", "the contract")
+        self._writer = RequestWriter(base_path(url, profile.request.path), api_key, profile.request, profile.nonce,
+                                     profile.sign, signer)
+        parts = urlsplit(url)
+        self.endpoint = endpoint_of(url, profile.request.path)
+        # A timestamp API: every answer's Date teaches the estimate of the server's clock.
+        self._server_clock = server_clock
         host, port = parts.hostname or "127.0.0.1", parts.port
         if parts.scheme == "https":
             context = ssl_context or tls_context()
@@ -99,7 +107,7 @@ class HttpTransport:
 
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         """One attempt; raises a TransportError (see the class docstring) when no answer came.
-        ``params`` go along in the query string, or as a form body on the GET (``params_in="form"``)."""
+        ``params`` go where the profile's ``params_in`` says."""
         connection = self._connection
         replaced_stale = connection.sock is not None and (
             self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)
@@ -109,14 +117,10 @@ class HttpTransport:
         reused = connection.sock is not None
         if not reused:
             self._connect()
+        method, target, body, headers = self._writer.write(nonce, req_id, params)
+        sent_ms = self._server_clock.wall_ms() if self._server_clock is not None else 0.0
         try:
-            target = f"{self._prefix}{nonce}&req_id={quote(req_id)}"
-            if not params:
-                connection.request("GET", target)
-            elif self._form:
-                connection.request("GET", target, urlencode(params), {"Content-Type": _FORM})
-            else:
-                connection.request("GET", f"{target}&{urlencode(params)}")
+            connection.request(method, target, body, headers)
             response = connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:
@@ -129,6 +133,8 @@ class HttpTransport:
             connection.close()
             raise ResetAfterSend(f"{type(exc).__name__}: {exc}") from exc
         self._idle_since = self._clock()
+        if self._server_clock is not None:
+            self._server_clock.observe_date(response.getheader("Date"), sent_ms, self._server_clock.wall_ms())
         if not reused:  # a server's keep-alive policy is read once per connection, not on every answer
             self._idle_limit = idle_limit(response.getheader("Keep-Alive"))
         # Retry-After only matters for a failure: no header lookup on the common 200 path.
@@ -212,3 +218,34 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         except (TypeError, ValueError, OverflowError):  # not a date, or one no clock can hold
             return None
     return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def learn_server_clock(
+    url: str, profile: Profile, server_clock: ServerClock, timeout: float, ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Ask the profile's time endpoint (``GET time_path``, whose JSON ``time_field`` is the server's clock in
+    ms) once, and teach ``server_clock`` what it says. Raises OSError or ValueError if it cannot be read."""
+    path, field = profile.nonce.time_path, profile.nonce.time_field
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            host, port or 443, timeout=timeout, context=ssl_context or tls_context())
+    else:
+        connection = http.client.HTTPConnection(host, port or 80, timeout=timeout)
+    try:
+        sent = server_clock.wall_ms()
+        connection.request("GET", f"{base_path(url, profile.request.path)}{path}")
+        response = connection.getresponse()
+        body = response.read()
+        received = server_clock.wall_ms()
+    except http.client.HTTPException as exc:
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise ValueError(f"{path} answered {response.status}")
+    value = json.loads(body).get(field) if body.startswith(b"{") else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ValueError(f"{path} gave no number in {field!r}")
+    server_clock.observe(float(value), sent, received)

@@ -11,6 +11,7 @@ from ..clock import Clock, monotonic
 from .host_state import KeyState
 from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
+from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
 
 __all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
@@ -169,6 +170,7 @@ class HostKeyPool(BaseKeyPool):
         order_latency: float,
         unanswered_hold: float,
         order_rule: OrderRule | None = None,
+        timestamps: ServerTimestamps | None = None,
         clock: Clock = monotonic,
     ) -> "HostKeyPool":
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
@@ -180,7 +182,9 @@ class HostKeyPool(BaseKeyPool):
                 state = KeyState(state_dir, secret, name)
                 state.lock()
                 states.append(state)
-                nonces = NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
+                # A timestamp API's "nonces" are the server's clock, shared by every key; a counter's start
+                # above the key's durable mark.
+                nonces = timestamps or NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 limiter = ThreadSafeRateLimiter(
                     rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                     unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,

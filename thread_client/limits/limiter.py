@@ -31,6 +31,7 @@ from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
+from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
 
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
@@ -88,7 +89,7 @@ class ThreadSafeRateLimiter:
         order_latency: float = defaults.ORDER_LATENCY,
         unanswered_hold: float = defaults.HTTP_TIMEOUT,  # an answer can come no later than the HTTP timeout
         order_rule: OrderRule | None = None,
-        nonces: NonceGenerator | None = None,
+        nonces: NonceGenerator | ServerTimestamps | None = None,
         clock: Clock = monotonic,
     ) -> None:
         if rate < 1:

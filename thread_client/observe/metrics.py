@@ -46,6 +46,7 @@ class MetricsSnapshot:
     late_answers: int  # sends that timed out whose server showed later that it read them (a thaw's cost)
     late_answer_max_wait: float  # the longest such sign came this many seconds after its timeout
     late_answer_caps: int  # sends that timed out and showed nothing within the cap (their slot held that long)
+    unmatched: dict[int, int]  # answers no rule of the profile read, by status
     outcomes: dict[str, int]
     per_key: dict[str, dict[str, int]]
     end_to_end: LatencySummary
@@ -76,6 +77,7 @@ class Metrics(Listener):
         self._late_answers = 0
         self._late_answer_max_wait = 0.0
         self._late_answer_caps = 0
+        self._unmatched: collections.Counter[int] = collections.Counter()
         self._end_to_end = LatencyHistogram()
         self._attempt = LatencyHistogram()
 
@@ -101,6 +103,10 @@ class Metrics(Listener):
     def stale_connection(self) -> None:
         with self._lock:
             self._stale_connections += 1
+
+    def unmatched_answer(self, status: int) -> None:
+        with self._lock:
+            self._unmatched[status] += 1
 
     def late_answer(self, waited: float | None) -> None:
         with self._lock:
@@ -134,6 +140,7 @@ class Metrics(Listener):
                 late_answers=self._late_answers,
                 late_answer_max_wait=self._late_answer_max_wait,
                 late_answer_caps=self._late_answer_caps,
+                unmatched=dict(self._unmatched),
                 outcomes=outcomes,
                 per_key={key: dict(counts) for key, counts in self._per_key.items()},
                 end_to_end=LatencySummary.of(self._end_to_end),

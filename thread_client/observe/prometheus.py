@@ -75,6 +75,13 @@ class DaemonCollector(Collector):
             "thread_client_late_answer_caps", "Sends that timed out and showed nothing within the cap.",
             value=snapshot.late_answer_caps,
         )
+        unmatched = CounterMetricFamily(
+            "thread_client_unmatched_answers", "Answers no rule of the profile's answer table read, by status.",
+            labels=["status"],
+        )
+        for code, count in sorted(snapshot.unmatched.items()):
+            unmatched.add_metric([str(code)], count)
+        yield unmatched
 
         window = GaugeMetricFamily("thread_client_limiter_window_seconds", "Slot reuse delay after an answer.", labels=["key"])
         order = GaugeMetricFamily(

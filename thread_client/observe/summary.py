@@ -47,6 +47,8 @@ class Summary:
             "late_answers": self.metrics.late_answers,
             "late_answer_max_wait_s": round(self.metrics.late_answer_max_wait, 3),
             "late_answer_caps": self.metrics.late_answer_caps,
+            "unmatched_answers": {str(status): n for status, n in sorted(self.metrics.unmatched.items())},
+            "banned": outcomes.get(Outcome.BANNED.value, 0),
             "rate_limited": outcomes.get(Outcome.RATE_LIMITED.value, 0),
             "invalid_nonce": outcomes.get(Outcome.INVALID_NONCE.value, 0),
             "blocked_keys": sorted(self.retired_keys),
@@ -86,6 +88,9 @@ class Summary:
             lines.append(f"  timed out, read by the server later: {data['late_answers']} (up to"
                          f" {data['late_answer_max_wait_s']:.1f} s after), no sign within the cap:"
                          f" {data['late_answer_caps']}")
+        if data["unmatched_answers"] or data["banned"]:
+            lines.append(f"  banned answers {data['banned']}  answers no profile rule read (by status): "
+                         f"{_in_words(data['unmatched_answers'])}")
         if self.retired_keys:
             lines.append("  retired keys: " + ", ".join(f"{k} ({why})" for k, why in sorted(self.retired_keys.items())))
         if not self.reached_exchange and self.metrics.outcomes:

@@ -1,35 +1,36 @@
-"""The answer table: what one HTTP attempt came to, read from the exchange's answer (see the exchange contract).
+"""The answer table: what one HTTP attempt came to, read from the API's answer by the profile's ordered rules.
 
 Real servers and proxies answer things the reference server never does (an
 HTML 429 from a load balancer, a 404 for a wrong path, a 403 from a firewall);
-each gets a row here, and the retry policy decides what to do about it.
+each gets a rule in the profile, and the retry policy decides what to do about it.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import http
 import json
 from dataclasses import dataclass
 
-__all__ = ["BLOCKED_MESSAGE", "INVALID_NONCE_MESSAGE", "Outcome", "Reading", "classify"]
+from ..profile import AnswerRule, Profile, load_profile
 
-#: The contract's exact 429 message for a key that is dead for good.
-BLOCKED_MESSAGE = "too many rate limit errors: blocked"
-INVALID_NONCE_MESSAGE = "invalid nonce"
+__all__ = ["AnswerTable", "Outcome", "Reading", "reference_table"]
 
 
 class Outcome(enum.Enum):
     ACCEPTED = "accepted"
-    BAD_ANSWER = "bad_answer"  # a 200 that is not the contract's OK: it may have been accepted (ambiguous)
-    INVALID_NONCE = "invalid_nonce"  # 400 invalid nonce: retry with a fresh nonce
-    REJECTED = "rejected"  # any other 400: the request itself is refused, final
+    BAD_ANSWER = "bad_answer"  # a 200 no rule accepts: it may have been accepted (ambiguous)
+    INVALID_NONCE = "invalid_nonce"  # the nonce (or timestamp) was refused: retry with a fresh one
+    REJECTED = "rejected"  # the request itself is refused, final
     INVALID_KEY = "invalid_key"  # 401
     FORBIDDEN = "forbidden"  # 403
     ENDPOINT_NOT_FOUND = "endpoint_not_found"  # 404 or 405: --url points at the wrong place
-    KEY_BLOCKED = "key_blocked"  # 429 with exactly the contract's block message
-    RATE_LIMITED = "rate_limited"  # any other 429: a strike
+    KEY_BLOCKED = "key_blocked"  # the key is dead for good
+    RATE_LIMITED = "rate_limited"  # a strike
+    BANNED = "banned"  # the whole host is refused (a 418 ban): every key pauses until it ends
     UNAVAILABLE = "unavailable"  # 503: with a Retry-After, the key pauses that long
-    SERVER_ERROR = "server_error"  # any other 5xx, or a status the contract does not describe
+    SERVER_ERROR = "server_error"  # any other 5xx, or a status no rule reads
     TIMEOUT = "timeout"  # no answer within the HTTP timeout after the request was written (ambiguous)
     CONNECTION_RESET = "connection_reset"  # dropped after the request was written (ambiguous)
     UNREACHABLE = "unreachable"  # refused, name not resolved, TLS handshake failed: nothing was sent
@@ -47,38 +48,121 @@ class Outcome(enum.Enum):
         return self in (Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET)
 
 
+#: A profile's outcome names, as the policy knows them.
+_BY_NAME = {
+    "accepted": Outcome.ACCEPTED, "invalid_nonce": Outcome.INVALID_NONCE, "rate_limited": Outcome.RATE_LIMITED,
+    "key_blocked": Outcome.KEY_BLOCKED, "banned": Outcome.BANNED, "invalid_key": Outcome.INVALID_KEY,
+    "forbidden": Outcome.FORBIDDEN, "rejected": Outcome.REJECTED, "unavailable": Outcome.UNAVAILABLE,
+    "retry": Outcome.SERVER_ERROR, "stop": Outcome.ENDPOINT_NOT_FOUND,
+}
+# Outcomes whose words start with the status: they say something about the server, not the request.
+_STATUS_FIRST = (Outcome.ENDPOINT_NOT_FOUND, Outcome.UNAVAILABLE, Outcome.SERVER_ERROR)
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """An answer read against the table: its outcome, and the server's own words (for reasons and logs)."""
+    """An answer read against the table: its outcome, and the server's own words (for reasons and logs).
+    ``unmatched``: no rule read it (it is counted by status)."""
 
     outcome: Outcome
     detail: str = ""
+    unmatched: bool = False
 
 
-def classify(status: int, body: bytes, req_id: str) -> Reading:
-    """Read one answer. ``req_id`` is the id that was sent; an OK echoing it as a JSON number counts."""
-    payload = _json_object(body)
-    message = str(payload.get("error_msg", "")) if payload is not None else ""
-    if status == 200:
-        if payload is not None and payload.get("status") == "OK" and _same_id(payload.get("req_id"), req_id):
-            return Reading(Outcome.ACCEPTED)
-        return Reading(Outcome.BAD_ANSWER, "200 without the contract's OK for this req_id")
-    if status == 400:
-        if message == INVALID_NONCE_MESSAGE:
-            return Reading(Outcome.INVALID_NONCE, message)
-        return Reading(Outcome.REJECTED, message or _text(body) or "400 Bad Request")
-    if status == 401:
-        return Reading(Outcome.INVALID_KEY, message or "401 Unauthorized")
-    if status == 403:
-        return Reading(Outcome.FORBIDDEN, message or "403 Forbidden")
-    if status in (404, 405):
-        return Reading(Outcome.ENDPOINT_NOT_FOUND, f"{status} {message or _text(body)}".strip())
-    if status == 429:
-        if message == BLOCKED_MESSAGE:
-            return Reading(Outcome.KEY_BLOCKED, message)
-        return Reading(Outcome.RATE_LIMITED, message or _text(body) or "429")
-    words = f"{status} {message or _text(body)}".strip()
-    return Reading(Outcome.UNAVAILABLE if status == 503 else Outcome.SERVER_ERROR, words)
+class _Rule:
+    """A rule compiled: its outcome resolved, its dotted field split, once."""
+
+    __slots__ = ("outcome", "contains", "path", "equals", "echo")
+
+    def __init__(self, rule: AnswerRule) -> None:
+        self.outcome = _BY_NAME[rule.outcome]
+        self.contains = rule.body_contains.encode()
+        self.path = tuple(rule.field.split(".")) if rule.field else ()
+        self.equals = rule.equals
+        self.echo = tuple(rule.echo_id.split(".")) if rule.echo_id else ()
+
+
+class AnswerTable:
+    """A profile's answer rules, by status: ``classify`` finds the first rule an answer meets. An answer
+    no rule meets is today's "anything else": ambiguous for a 200, retried as a server error otherwise."""
+
+    def __init__(self, profile: Profile) -> None:
+        rules = [(rule.statuses, _Rule(rule)) for rule in profile.answers]
+        self._by_status = {status: tuple(compiled for (low, high), compiled in rules if low <= status <= high)
+                           for status in range(100, 600)}
+        self._message = tuple(profile.message_field.split(".")) if profile.message_field else ()
+
+    def classify(self, status: int, body: bytes, req_id: str) -> Reading:
+        """Read one answer. ``req_id`` is the id that was sent; an echo of it as a JSON number counts."""
+        payload: dict | None = None
+        parsed = False
+        for rule in self._by_status.get(status, ()):
+            if rule.contains and rule.contains not in body:
+                continue
+            if rule.path or rule.echo:
+                if not parsed:
+                    payload, parsed = _json_object(body), True
+                if payload is None:
+                    continue
+                if rule.path and not _equal(_lookup(payload, rule.path), rule.equals):
+                    continue
+                if rule.echo and not _same_id(_lookup(payload, rule.echo), req_id):
+                    continue
+            if rule.outcome is Outcome.ACCEPTED:
+                return _ACCEPTED
+            if not parsed:
+                payload, parsed = _json_object(body), True
+            return Reading(rule.outcome, self._words(rule.outcome, status, payload, body))
+        if not parsed:
+            payload = _json_object(body)
+        if status == 200:
+            return Reading(Outcome.BAD_ANSWER, "200 that no answers rule accepts for this id", unmatched=True)
+        return Reading(Outcome.SERVER_ERROR, self._words(Outcome.SERVER_ERROR, status, payload, body), unmatched=True)
+
+    def _words(self, outcome: Outcome, status: int, payload: dict | None, body: bytes) -> str:
+        """The server's own words for the record: its message field, else the start of the body, else the status."""
+        message = _lookup(payload, self._message) if payload is not None and self._message else None
+        words = str(message) if message not in (None, "") else _text(body)
+        if outcome in _STATUS_FIRST:
+            return f"{status} {words}".strip()
+        return words or f"{status} {_phrase(status)}".strip()
+
+
+@functools.cache
+def reference_table() -> AnswerTable:
+    """The reference exchange's table (the built-in ``reference`` profile's), read once."""
+    return AnswerTable(load_profile())
+
+
+_ACCEPTED = Reading(Outcome.ACCEPTED)
+_MISSING = object()
+
+
+def _lookup(payload: dict, path: tuple[str, ...]) -> object:
+    value: object = payload
+    for name in path:
+        if not isinstance(value, dict):
+            return _MISSING
+        value = value.get(name, _MISSING)
+    return value
+
+
+def _equal(found: object, wanted: object) -> bool:
+    """A JSON value against a rule's: ``1`` matches ``"1"`` the way an exchange's error code may be either."""
+    if found is _MISSING:
+        return False
+    if wanted is None:
+        return True  # the field only has to be there
+    if isinstance(found, bool) or isinstance(wanted, bool):
+        return found is wanted
+    return found == wanted or str(found) == str(wanted)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _json_object(body: bytes) -> dict | None:

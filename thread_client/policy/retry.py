@@ -37,6 +37,7 @@ class KeyStep(enum.Enum):
     HOLD = "hold"  # an unexplained 429 (a strike): hold the key back a window, or ``key_delay`` if longer
     PAUSE = "pause"  # the server asked for a pause (Retry-After): no send on the key for ``key_delay``
     RETIRE = "retire"  # the key is done for good (``Action.reason`` says why)
+    BAN = "ban"  # the host is banned: every key waits it out (``key_delay``: the server's Retry-After, or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,8 @@ class RetryPolicy:
             return Action(RequestStep.ACCEPT)
         if outcome.retires_key:
             return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
+        if outcome is Outcome.BANNED:  # nobody on this host may send: the request waits in the queue for free
+            return Action(RequestStep.HAND_BACK, KeyStep.BAN, reason=outcome.value, key_delay=retry_after or 0.0)
         if outcome is Outcome.ENDPOINT_NOT_FOUND:
             return Action(RequestStep.HAND_BACK, reason=ENDPOINT_NOT_FOUND, stop=True)
         if outcome is Outcome.UNKNOWN:

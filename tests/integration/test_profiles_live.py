@@ -1,0 +1,99 @@
+"""Profiles against the reference server in its emulation modes: a signed JSON API end to end, a server clock
+30 s off, a host ban after repeated 429s; and no secret in any file or log line of the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from conftest import KEYS, run_client
+from thread_client.profile import load_profile, profile_toml
+
+SIGNED_MODES = ("--key-header", "X-Api-Key", "--timestamp-ms", "--json-body", "--sign", "headers")
+SECRETS = ("sEcReT-one-4f1c", "sEcReT-two-9a7e", "sEcReT-three-2b6d")
+
+
+def keys_file(tmp_path: Path, count: int = 3) -> Path:
+    path = tmp_path / "keys.txt"
+    path.write_text("# key secret\n" + "".join(f"{key} {secret}\n" for key, secret in zip(KEYS[:count], SECRETS)))
+    path.chmod(0o600)
+    return path
+
+
+def requests_file(tmp_path: Path, count: int) -> Path:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"id": f"order-{n}", "params": {"qty": n}}) + "\n" for n in range(count)))
+    return path
+
+
+def accepted_records(tmp_path: Path) -> list[str]:
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return [record["id"] for record in records if record["outcome"] == "accepted"]
+
+
+def signed_profile_without_time_path(tmp_path: Path) -> Path:
+    profile = load_profile("signed-post-json")
+    path = tmp_path / "learn-from-date.toml"
+    path.write_text(profile_toml(dataclasses.replace(profile, nonce=dataclasses.replace(profile.nonce, time_path=""))))
+    return path
+
+
+def test_the_signed_json_profile_runs_clean_and_no_secret_reaches_any_output(start_server, tmp_path):
+    keys = keys_file(tmp_path)
+    # The server's clock runs 7 s ahead, past the 5 s window: only the time endpoint makes the first sends good.
+    server = start_server("--max-latency-ms", "2", "--keys-file", str(keys), *SIGNED_MODES, "--clock-offset-ms", "7000")
+    source = requests_file(tmp_path, 240)
+    result, summary = run_client(server, tmp_path, "--profile", "signed-post-json", "--keys-file", str(keys),
+                                 "--source", str(source), "--log-file", str(tmp_path / "client.log"),
+                                 "--log-level", "DEBUG", "--duration", "60")
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = server.stats()["totals"]
+    assert totals["bad_signature"] == totals["bad_timestamp"] == totals["invalid_key"] == 0
+    assert totals["rate_limited"] == totals["blocked"] == 0
+    at_server = server.accepted()
+    assert sorted(at_server) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(240))
+    assert set(at_server.values()) == {1} and summary["accepted"] == 240
+    outputs = [path for path in tmp_path.rglob("*") if path.is_file() and path != keys]
+    assert len(outputs) >= 5  # results, its send journal, graveyard, summary, log, per-key state
+    for text in [result.stdout, result.stderr, *(path.read_text(errors="replace") for path in outputs)]:
+        for secret in SECRETS:
+            assert secret not in text
+
+
+def test_a_server_clock_30_s_behind_is_learnt_from_the_answers_after_at_most_the_first_sends(start_server, tmp_path):
+    keys = keys_file(tmp_path)
+    server = start_server("--max-latency-ms", "2", "--keys-file", str(keys), *SIGNED_MODES, "--clock-offset-ms", "-30000")
+    source = requests_file(tmp_path, 200)
+    result, summary = run_client(server, tmp_path, "--profile", str(signed_profile_without_time_path(tmp_path)),
+                                 "--keys-file", str(keys), "--source", str(source), "--duration", "60")
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = server.stats()["totals"]
+    workers = 3 * 2  # keys x threads: the sends that leave before any answer has come back
+    assert 1 <= totals["bad_timestamp"] <= workers
+    assert sorted(server.accepted()) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(200))
+    assert summary["invalid_nonce"] == totals["bad_timestamp"] and summary["graveyard"] == 0
+
+
+def test_a_host_ban_is_waited_out_by_every_key_and_never_sent_into(start_server, tmp_path):
+    # A client that overdrives its keys (30 per second where the server allows 20) draws 429s; three within a
+    # minute ban the host for 1 s, then 2 s, then 4 s. The keys' strike counts are set high so only the ban acts.
+    server = start_server("--max-latency-ms", "2", "--max-429", "100000", "--ban-after", "3", "--ban-seconds", "1")
+    source = requests_file(tmp_path, 150)
+    result, summary = run_client(server, tmp_path, "--keys-file", str(_plain_keys(tmp_path)), "--source", str(source),
+                                 "--rate", "30", "--max-strikes", "1000", "--server-max-429", "100000",
+                                 "--duration", "90", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = server.stats()["totals"]
+    workers = 2 * 2
+    assert totals["bans"] >= 1 and summary["banned"] == totals["banned_answers"] >= 1
+    # Only sends already in flight (or given their slot) when a ban began meet it: once one 418 is read, no
+    # key sends until the ban's end.
+    assert totals["banned_answers"] <= workers * totals["bans"]
+    assert sorted(server.accepted()) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(150))
+
+
+def _plain_keys(tmp_path: Path) -> Path:
+    path = tmp_path / "plain-keys.txt"
+    path.write_text("\n".join(KEYS[:2]) + "\n")
+    return path

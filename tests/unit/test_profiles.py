@@ -1,0 +1,148 @@
+"""Profiles: every example and built-in checks clean and reads back from ``profile show``; every error of a
+broken profile names its line; the compiled profile drives the request writer and the answer table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from thread_client.policy.answers import AnswerTable, Outcome
+from thread_client.profile import ProfileError, builtin_names, load_profile, profile_toml, read_profile
+from thread_client.profile.command import profile_main
+
+EXAMPLES = sorted((ROOT / "examples" / "profiles").glob("*.toml"))
+
+
+def test_the_examples_are_there_and_the_built_ins_are_examples_too():
+    assert {path.stem for path in EXAMPLES} >= {"reference", "signed-post-json", "binance-spot-like", "kraken-like"}
+    assert set(builtin_names()) == {"reference", "signed-post-json"}
+    for name in builtin_names():
+        assert load_profile(name) == load_profile(str(ROOT / "examples" / "profiles" / f"{name}.toml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+def test_every_example_checks_clean_and_reads_back_from_show(path, capsys):
+    assert profile_main(["check", str(path)], "thread-client") == 0
+    assert "ok" in capsys.readouterr().out
+    profile = load_profile(str(path))
+    again = read_profile(profile_toml(profile), "shown", hook_dir=str(path.parent))
+    assert again == profile
+
+
+def test_profile_list_and_show(capsys):
+    assert profile_main(["list"], "thread-client") == 0
+    listed = capsys.readouterr().out
+    assert listed.splitlines()[0].startswith("reference\t") and "signed-post-json" in listed
+    assert profile_main(["show", "reference"], "thread-client") == 0
+    shown = capsys.readouterr().out
+    assert 'key_param = "api_key"' in shown and "[[answers.rule]]" in shown and "strikes_to_block = 10" in shown
+    assert profile_main(["show", "no-such-profile"], "thread-client") == 2
+    assert "no built-in profile 'no-such-profile'" in capsys.readouterr().err
+
+
+# Each broken profile, the line the error must name, and words of the message.
+BROKEN = [
+    ("[request]\nmethod = \"GET\"\nverb = \"x\"\n", 3, "unknown field 'verb' in [request]"),
+    ("[requests]\nmethod = \"GET\"\n", 1, "unknown table [requests]"),
+    ("[request]\nmethod = \"PATCH\"\n", 2, "method must be one of GET, POST, PUT, DELETE"),
+    ("[request]\npath = 5\n", 2, "path must be a string, got 5"),
+    ("[request]\npath = \"api\"\n", 2, "path must start with /"),
+    ("[request]\nkey_param = \"k\"\nkey_header = \"K\"\n", 3, "key_param or key_header, not both"),
+    ("[nonce]\nstyle = \"random\"\n", 2, "style must be one of counter"),
+    ("[nonce]\nstyle = \"counter\"\ntime_path = \"/t\"\n", 3, "time_path serves the timestamp styles only"),
+    ("[nonce]\nrecv_window_ms = true\n", 2, "recv_window_ms must be an integer"),
+    ("[sign]\nmessage = \"{query}{secret}\"\n", 2, "unknown field {secret}"),
+    ("[sign]\nmessage = \"{timestamp}{body}\"\n", 2, "never sends ([nonce] style is not a timestamp)"),
+    ("[sign]\nalgorithm = \"md5\"\n", 2, "algorithm must be one of hmac-sha256, hmac-sha512"),
+    ("[sign]\nhook = \"no_such_module_here:sign\"\n", 2, "cannot import no_such_module_here"),
+    ("[answers]\n\n[[answers.rule]]\nstatus = 429\noutcome = \"rate_limited\"\n\n[[answers.rule]]\nstatus = 429\n"
+     "field = \"error_msg\"\noutcome = \"key_blocked\"\n", 7, "can never match: the rule on line 3"),
+    ("[[answers.rule]]\nstatus = 700\noutcome = \"retry\"\n", 2, "status must be an HTTP status"),
+    ("[[answers.rule]]\nstatus = [500, 400]\noutcome = \"retry\"\n", 2, "status must be an HTTP status"),
+    ("[[answers.rule]]\nstatus = 200\noutcome = \"won\"\n", 3, "outcome must be one of accepted"),
+    ("[[answers.rule]]\nstatus = 400\noutcome = \"rejected\"\necho_id = \"id\"\n", 4, "echo_id belongs to an accepted"),
+    ("[[answers.rule]]\nstatus = 400\n", 1, "needs a status and an outcome"),
+    ("[penalty]\nstrikes_to_block = 0\n", 2, "strikes_to_block must be at least 1"),
+    ("[penalty]\ninvalid_nonce = \"cheap\"\n", 2, "invalid_nonce must be one of free, counted"),
+    ("[request]\nmethod = \"GET\"\nmethod = \"POST\"\n", 3, "not TOML"),
+]
+
+
+@pytest.mark.parametrize("text, line, words", BROKEN, ids=[words for _, _, words in BROKEN])
+def test_profile_check_names_the_line_of_every_error(tmp_path, capsys, text, line, words):
+    path = tmp_path / "broken.toml"
+    path.write_text(text)
+    assert profile_main(["check", str(path)], "thread-client") == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert any(error.startswith(f"{path}:{line}: ") and words in error for error in errors), errors
+
+
+def test_every_error_is_reported_at_once():
+    text = "[request]\nmethod = \"PATCH\"\nverb = 1\n[nonce]\nstyle = \"x\"\n"
+    with pytest.raises(ProfileError) as raised:
+        read_profile(text, "p.toml")
+    assert [error.split(": ")[0] for error in raised.value.errors] == ["p.toml:2", "p.toml:3", "p.toml:5"]
+
+
+def test_the_reference_profile_is_the_contract_s_request_and_table():
+    profile = load_profile()
+    assert (profile.request.method, profile.request.path, profile.request.key_param, profile.request.id_param) == (
+        "GET", "/api/request", "api_key", "req_id")
+    assert profile.nonce.style == "counter" and profile.sign is None
+    assert (profile.penalty.strikes_to_block, profile.penalty.invalid_nonce) == (10, "free")
+
+
+def rules(text: str) -> AnswerTable:
+    return AnswerTable(read_profile(text, "rules.toml"))
+
+
+def test_rules_match_in_order_on_status_ranges_body_text_and_json_fields():
+    table = rules("""
+[answers]
+message = "err.text"
+[[answers.rule]]
+status = 200
+body_contains = "Invalid nonce"
+outcome = "invalid_nonce"
+[[answers.rule]]
+status = 200
+field = "err.code"
+equals = -1003
+outcome = "rate_limited"
+[[answers.rule]]
+status = 200
+echo_id = "data.id"
+outcome = "accepted"
+[[answers.rule]]
+status = [500, 599]
+outcome = "retry"
+""")
+    assert table.classify(200, b'{"err": {"text": "EAPI:Invalid nonce"}}', "7").outcome is Outcome.INVALID_NONCE
+    limited = table.classify(200, json.dumps({"err": {"code": "-1003", "text": "slow down"}}).encode(), "7")
+    assert limited.outcome is Outcome.RATE_LIMITED and limited.detail == "slow down"
+    assert table.classify(200, b'{"data": {"id": "7"}}', "7").outcome is Outcome.ACCEPTED
+    unmatched = table.classify(200, b'{"data": {"id": "8"}}', "7")
+    assert unmatched.outcome is Outcome.BAD_ANSWER and unmatched.unmatched  # ambiguous, as today's "anything else"
+    assert table.classify(502, b"Bad Gateway", "7") == table.classify(502, b"Bad Gateway", "7")
+    assert table.classify(502, b"Bad Gateway", "7").outcome is Outcome.SERVER_ERROR
+    teapot = table.classify(418, b"", "7")
+    assert teapot.outcome is Outcome.SERVER_ERROR and teapot.unmatched
+
+
+def test_a_profile_file_that_cannot_be_read_is_one_clear_error(tmp_path):
+    with pytest.raises(ProfileError, match="cannot read it"):
+        load_profile(str(tmp_path / "missing.toml"))
+    with pytest.raises(ProfileError, match="no built-in profile 'nope'"):
+        load_profile("nope")
+
+
+def test_the_hook_of_a_profile_is_found_next_to_it(tmp_path: Path):
+    (tmp_path / "my_hook.py").write_text("def sign(secret, parts):\n    return 'sig-' + parts.nonce\n")
+    (tmp_path / "p.toml").write_text('[sign]\nhook = "my_hook:sign"\n')
+    assert load_profile(str(tmp_path / "p.toml")).sign.hook == "my_hook:sign"
+    (tmp_path / "q.toml").write_text('[sign]\nhook = "my_hook:nothing"\n')
+    with pytest.raises(ProfileError, match="q.toml:2: hook 'my_hook:nothing': my_hook has no function nothing"):
+        load_profile(str(tmp_path / "q.toml"))

@@ -1,0 +1,53 @@
+"""A ban of the whole host (an exchange's ``418``): every key waits it out, and a ban that comes back soon
+after the last one is taken to be longer, as exchanges lengthen them for repeat offenders."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from .. import defaults
+from ..clock import Clock, monotonic
+
+__all__ = ["HostBan"]
+
+
+class HostBan:
+    """Holds every key for the length of a ban; ``hold_all`` is the key pool's.
+
+    A ban answer names its length (``Retry-After``), or ``first_pause`` is taken. Answers to
+    requests already in flight when the ban began say nothing new and extend nothing. A ban
+    that follows the last one within ``memory`` seconds of its end is a repeat: it lasts at
+    least twice the last one, whatever the server names (sending early only lengthens a ban).
+    """
+
+    def __init__(
+        self, hold_all: Callable[[float], None], *, first_pause: float = defaults.BAN_PAUSE,
+        memory: float = defaults.BAN_MEMORY, clock: Clock = monotonic,
+    ) -> None:
+        self._hold_all = hold_all
+        self._first_pause = first_pause
+        self._memory = memory
+        self._clock = clock
+        # Guards the last ban's length and end; the keys are held outside it.
+        self._lock = threading.Lock()
+        self._pause = 0.0
+        self._ends_at = -float("inf")
+        self.bans = 0
+
+    def __repr__(self) -> str:
+        return f"<HostBan bans={self.bans} last={self._pause:.0f} s>"
+
+    def banned(self, retry_after: float | None) -> float:
+        """A ban answer came; returns how long from now no key sends (0: the ban known already covers it)."""
+        now = self._clock()
+        with self._lock:
+            named = retry_after if retry_after is not None else self._first_pause
+            if now < self._ends_at and now + named <= self._ends_at:
+                return 0.0  # an answer to a send that left before the ban was known
+            repeat = now < self._ends_at + self._memory and self.bans > 0 and now >= self._ends_at
+            pause = max(named, 2 * self._pause) if repeat else named
+            self._pause, self._ends_at = pause, now + pause
+            self.bans += 1
+        self._hold_all(pause)
+        return pause

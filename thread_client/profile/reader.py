@@ -1,0 +1,314 @@
+"""Reading a profile: TOML (``tomllib``) checked field by field, every error named ``file:line: what``,
+then compiled into the frozen values of ``model``. Built-in profiles are package data."""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+import string
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .model import (
+    ANSWER_OUTCOMES, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS, AnswerRule, NonceShape,
+    Penalty, Profile, RequestShape, Signing,
+)
+from .signing import HookError, load_hook
+
+__all__ = ["DEFAULT_PROFILE", "ProfileError", "builtin_names", "load_profile", "read_profile"]
+
+DEFAULT_PROFILE = "reference"
+_DEFAULT_MESSAGE = Signing().message
+_BUILTIN = "builtin"
+
+
+class ProfileError(ValueError):
+    """Raised when a profile cannot be used; ``errors`` lists each problem as ``file:line: what``."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One field a table may hold: its TOML type(s), and the values it may take (None: any)."""
+
+    types: tuple[type, ...]
+    choices: tuple[str, ...] | None = None
+
+
+_TEXT = _Field((str,))
+_TABLES: dict[str, dict[str, _Field]] = {
+    "": {"name": _TEXT, "description": _TEXT},
+    "request": {
+        "method": _Field((str,), METHODS), "path": _TEXT, "params_in": _Field((str,), PARAMS_IN),
+        "key_param": _TEXT, "key_header": _TEXT, "id_param": _TEXT, "headers": _Field((dict,)),
+    },
+    "nonce": {
+        "style": _Field((str,), NONCE_STYLES), "param": _TEXT, "header": _TEXT, "recv_window_ms": _Field((int,)),
+        "recv_window_param": _TEXT, "recv_window_header": _TEXT, "time_path": _TEXT, "time_field": _TEXT,
+    },
+    "sign": {
+        "algorithm": _Field((str,), ("hmac-sha256", "hmac-sha512")), "message": _TEXT,
+        "secret_encoding": _Field((str,), ("raw", "base64")), "output": _Field((str,), ("hex", "base64")),
+        "param": _TEXT, "header": _TEXT, "hook": _TEXT,
+    },
+    "answers": {"message": _TEXT, "rule": _Field((list,))},
+    "answers.rule": {
+        "status": _Field((int, list)), "body_contains": _TEXT, "field": _TEXT,
+        "equals": _Field((str, int, float, bool)), "echo_id": _TEXT, "outcome": _Field((str,), ANSWER_OUTCOMES),
+    },
+    "penalty": {"strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS)},
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
+               dict: "a table"}
+
+
+def builtin_names() -> list[str]:
+    """The profiles shipped inside the package, by name."""
+    folder = importlib.resources.files(__package__) / _BUILTIN
+    return sorted(entry.name.removesuffix(".toml") for entry in folder.iterdir() if entry.name.endswith(".toml"))
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+    """A built-in profile by name, or a profile file by path (anything with a ``/`` or ending in
+    ``.toml``). Raises ProfileError naming every problem found."""
+    if "/" not in name_or_path and not name_or_path.endswith(".toml"):
+        if name_or_path not in builtin_names():
+            raise ProfileError([f"no built-in profile {name_or_path!r} (built in: {', '.join(builtin_names())}; "
+                                "a file is named by its path)"])
+        resource = importlib.resources.files(__package__) / _BUILTIN / f"{name_or_path}.toml"
+        return read_profile(resource.read_text(encoding="utf-8"), f"built-in {name_or_path}", name_or_path)
+    path = Path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ProfileError([f"{name_or_path}: cannot read it: {reason}"]) from exc
+    return read_profile(text, name_or_path, path.stem, hook_dir=str(path.resolve().parent))
+
+
+def read_profile(text: str, source: str, default_name: str = "", hook_dir: str = "") -> Profile:
+    """The profile in ``text`` (read from ``source``, which names it in errors), compiled."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        line = match.group(1) if match else "1"
+        raise ProfileError([f"{source}:{line}: not TOML: {str(exc).split(' (at line')[0]}"]) from exc
+    return _Compiler(source, _LineFinder(text), hook_dir).compile(data, default_name)
+
+
+class _LineFinder:
+    """Where each table and field stands in the text: ``tomllib`` keeps no positions, so the lines are
+    scanned for table headers and ``name =`` (enough for messages; inline tables point at their field)."""
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
+    _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)\s*[.=]")
+
+    def __init__(self, text: str) -> None:
+        self._lines: dict[tuple[str, int, str], int] = {}
+        counts: dict[str, int] = {}
+        table, index, in_string = "", 0, False
+        for number, line in enumerate(text.splitlines(), 1):
+            quotes = line.count('"""') + line.count("'''")
+            if in_string:
+                in_string = quotes % 2 == 0
+                continue
+            header = self._HEADER.match(line)
+            if header:
+                table = ".".join(part.strip().strip("\"'") for part in header.group(2).split("."))
+                index = counts.get(table, 0) if header.group(1) == "[[" else 0
+                if header.group(1) == "[[":
+                    counts[table] = index + 1
+                self._lines.setdefault((table, index, ""), number)
+                continue
+            key = self._KEY.match(line)
+            if key:
+                self._lines.setdefault((table, index, key.group(1).strip("\"'")), number)
+            in_string = quotes % 2 == 1
+
+    def line(self, table: str, field: str = "", index: int = 0) -> int:
+        return self._lines.get((table, index, field)) or self._lines.get((table, index, "")) or 1
+
+
+class _Compiler:
+    """Checks the parsed TOML against ``_TABLES`` and builds the Profile; every error is collected."""
+
+    def __init__(self, source: str, finder: _LineFinder, hook_dir: str) -> None:
+        self._source = source
+        self._finder = finder
+        self._hook_dir = hook_dir
+        self._errors: list[str] = []
+
+    def _error(self, line: int, what: str) -> None:
+        self._errors.append(f"{self._source}:{line}: {what}")
+
+    def compile(self, data: dict[str, Any], default_name: str) -> Profile:
+        tables = [name for name in _TABLES if name and "." not in name]
+        for name, value in data.items():
+            if isinstance(value, dict) and name not in tables:
+                self._error(self._finder.line(name), f"unknown table [{name}] (tables: {', '.join(tables)})")
+        top = self._table(data, "")
+        request = self._request(self._table(data, "request"))
+        nonce = self._nonce(self._table(data, "nonce"))
+        sign = self._sign(self._table(data, "sign"), nonce, request) if "sign" in data else None
+        answers = self._table(data, "answers")
+        rules = self._rules(answers.get("rule", []), request)
+        penalty = self._table(data, "penalty")
+        if penalty.get("strikes_to_block", 1) < 1:
+            self._error(self._finder.line("penalty", "strikes_to_block"), "strikes_to_block must be at least 1")
+        if self._errors:
+            raise ProfileError(self._errors)
+        return Profile(
+            name=top.get("name", default_name), source=self._source, description=top.get("description", ""),
+            request=request, nonce=nonce, sign=sign, message_field=answers.get("message", "error_msg"),
+            answers=rules, penalty=Penalty(**penalty),
+        )
+
+    def _table(self, data: dict[str, Any], table: str, index: int = 0) -> dict[str, Any]:
+        """The fields of ``table`` that have the right type and value (the others are reported)."""
+        values = data if not table or "." in table else data.get(table, {})
+        if not isinstance(values, dict):
+            return {}
+        schema, kept = _TABLES[table], {}
+        for name, value in values.items():
+            if not table and isinstance(value, dict):
+                continue  # a table: checked on its own
+            line = self._finder.line(table, name, index)
+            field = schema.get(name)
+            if field is None:
+                self._error(line, f"unknown field {name!r} in [{table or 'the top level'}] "
+                                  f"(fields: {', '.join(schema)})")
+            elif not isinstance(value, field.types) or (isinstance(value, bool) and bool not in field.types):
+                wanted = " or ".join(_TYPE_NAMES[kind] for kind in field.types)
+                self._error(line, f"{name} must be {wanted}, got {value!r}")
+            elif field.choices is not None and value not in field.choices:
+                self._error(line, f"{name} must be one of {', '.join(field.choices)}, got {value!r}")
+            else:
+                kept[name] = value
+        return kept
+
+    def _request(self, values: dict[str, Any]) -> RequestShape:
+        headers = values.pop("headers", {})
+        for name, value in headers.items():
+            if not isinstance(value, str):
+                self._error(self._finder.line("request", "headers"), f"header {name!r} must be a string, got {value!r}")
+        key_places = [place for place in ("key_param", "key_header") if values.get(place)]
+        if len(key_places) > 1:
+            self._error(self._finder.line("request", "key_header"), "give key_param or key_header, not both")
+        elif key_places == ["key_header"]:
+            values.setdefault("key_param", "")
+        self._check_path(values.get("path"), "request", "path")
+        return RequestShape(**values, headers=tuple((str(name), str(value)) for name, value in headers.items()))
+
+    def _nonce(self, values: dict[str, Any]) -> NonceShape:
+        style = values.get("style", "counter")
+        if values.get("param") and values.get("header"):
+            self._error(self._finder.line("nonce", "header"), "give the nonce's param or header, not both")
+        elif values.get("header"):
+            values.setdefault("param", "")
+        if style == "none" and ("param" in values or "header" in values):
+            self._error(self._finder.line("nonce", "style"), "style none sends no nonce: drop param and header")
+        window = values.get("recv_window_ms", 0)
+        if not 0 <= window <= 3_600_000:
+            self._error(self._finder.line("nonce", "recv_window_ms"), "recv_window_ms must be between 0 and 3600000")
+        if window and not (values.get("recv_window_param") or values.get("recv_window_header")):
+            values.setdefault("recv_window_param", "recvWindow")
+        if values.get("time_path"):
+            self._check_path(values["time_path"], "nonce", "time_path")
+            if not style.startswith("timestamp"):
+                self._error(self._finder.line("nonce", "time_path"), "time_path serves the timestamp styles only")
+        if style == "none":
+            values.setdefault("param", "")
+        return NonceShape(**values)
+
+    def _sign(self, values: dict[str, Any], nonce: NonceShape, request: RequestShape) -> Signing | None:
+        if values.get("param") and values.get("header"):
+            self._error(self._finder.line("sign", "header"), "give the signature's param or header, not both")
+        elif values.get("header"):
+            values.setdefault("param", "")
+        hook = values.get("hook", "")
+        if hook:
+            try:
+                load_hook(hook, self._hook_dir)
+            except HookError as exc:
+                self._error(self._finder.line("sign", "hook"), str(exc))
+        message = values.get("message", _DEFAULT_MESSAGE)
+        available = _available_fields(nonce, request)
+        try:
+            named = [part[1] for part in string.Formatter().parse(message) if part[1] is not None]
+        except ValueError as exc:
+            self._error(self._finder.line("sign", "message"), f"message is not a template: {exc}")
+            named = []
+        for name in named:
+            if name not in TEMPLATE_FIELDS:
+                self._error(self._finder.line("sign", "message"),
+                            f"message names an unknown field {{{name}}} (fields: {', '.join(TEMPLATE_FIELDS)})")
+            elif name not in available:
+                self._error(self._finder.line("sign", "message"), f"message names {{{name}}}, which this profile "
+                                                                   f"never sends ({_why_missing(name)})")
+        return Signing(**values, hook_dir=self._hook_dir if hook else "")
+
+    def _rules(self, raw: list[Any], request: RequestShape) -> tuple[AnswerRule, ...]:
+        rules: list[AnswerRule] = []
+        for index, entry in enumerate(raw):
+            line = self._finder.line("answers.rule", "", index)
+            if not isinstance(entry, dict):
+                self._error(line, "each answers rule must be a table ([[answers.rule]])")
+                continue
+            values = self._table(entry, "answers.rule", index)
+            if "outcome" not in values or "status" not in values:
+                if "outcome" not in entry or "status" not in entry:
+                    self._error(line, "an answers rule needs a status and an outcome")
+                continue
+            statuses = self._statuses(values.pop("status"), self._finder.line("answers.rule", "status", index))
+            if statuses is None:
+                continue
+            if "equals" in values and not values.get("field"):
+                self._error(self._finder.line("answers.rule", "equals", index), "equals needs the field it compares")
+            if values.get("echo_id") and values["outcome"] != "accepted":
+                self._error(self._finder.line("answers.rule", "echo_id", index), "echo_id belongs to an accepted rule")
+            if values.get("echo_id") and not request.id_param:
+                self._error(self._finder.line("answers.rule", "echo_id", index),
+                            "echo_id needs the id to be sent ([request] id_param)")
+            rule = AnswerRule(statuses=statuses, line=line, **values)
+            shadow = next((earlier for earlier in rules if earlier.unconditional
+                           and earlier.statuses[0] <= statuses[0] and statuses[1] <= earlier.statuses[1]), None)
+            if shadow is not None:
+                self._error(line, f"this rule can never match: the rule on line {shadow.line} takes every status "
+                                  f"it covers first")
+            rules.append(rule)
+        return tuple(rules)
+
+    def _statuses(self, status: int | list[Any], line: int) -> tuple[int, int] | None:
+        bounds = [status, status] if isinstance(status, int) else status
+        if (len(bounds) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+                or not 100 <= bounds[0] <= bounds[1] <= 599):
+            self._error(line, f"status must be an HTTP status (100 to 599) or a range [low, high] of them, got {status!r}")
+            return None
+        return bounds[0], bounds[1]
+
+    def _check_path(self, path: str | None, table: str, name: str) -> None:
+        if path is not None and (not path.startswith("/") or "?" in path or "#" in path or " " in path):
+            self._error(self._finder.line(table, name), f"{name} must start with / and hold no query, got {path!r}")
+
+
+def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
+    available = {"method", "path", "query", "body", "key"}
+    if nonce.style == "counter":
+        available.add("nonce")
+    elif nonce.is_timestamp:
+        available |= {"nonce", "timestamp"}
+    if nonce.recv_window_ms:
+        available.add("recv_window")
+    return available
+
+
+def _why_missing(name: str) -> str:
+    return {"nonce": "[nonce] style is none", "timestamp": "[nonce] style is not a timestamp",
+            "recv_window": "[nonce] recv_window_ms is 0"}.get(name, "")
+

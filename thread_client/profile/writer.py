@@ -1,0 +1,59 @@
+"""A compiled profile written back as TOML, every default filled in (``thread-client profile show``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Any
+
+from .model import AnswerRule, Profile
+
+__all__ = ["profile_toml"]
+
+# Compiled fields that are no part of the file: where it came from, and where its rules stood.
+_NOT_WRITTEN = {"line", "hook_dir", "statuses", "equals", "headers"}
+
+
+def profile_toml(profile: Profile) -> str:
+    """``profile`` as a TOML document that reads back to the same profile."""
+    lines = [f"# {profile.source}, with every default filled in", f"name = {_value(profile.name)}"]
+    if profile.description:
+        lines.append(f"description = {_value(profile.description)}")
+    lines += ["", "[request]", *_fields(profile.request)]
+    lines.append(f"headers = {{ {', '.join(f'{_key(n)} = {_value(v)}' for n, v in profile.request.headers)} }}"
+                 if profile.request.headers else "headers = {}")
+    lines += ["", "[nonce]", *_fields(profile.nonce)]
+    if profile.sign is not None:
+        lines += ["", "[sign]", *_fields(profile.sign)]
+    lines += ["", "[answers]", f"message = {_value(profile.message_field)}"]
+    for rule in profile.answers:
+        lines += ["", "[[answers.rule]]", *_rule(rule)]
+    lines += ["", "[penalty]", *_fields(profile.penalty)]
+    return "\n".join(lines) + "\n"
+
+
+def _fields(table: Any) -> list[str]:
+    return [f"{field.name} = {_value(getattr(table, field.name))}" for field in fields(table)
+            if field.name not in _NOT_WRITTEN]
+
+
+def _rule(rule: AnswerRule) -> list[str]:
+    low, high = rule.statuses
+    lines = [f"status = {low}" if low == high else f"status = [{low}, {high}]"]
+    lines += [line for line in _fields(rule) if not line.endswith('= ""')]
+    if rule.equals is not None:
+        lines.append(f"equals = {_value(rule.equals)}")
+    return lines
+
+
+def _key(name: str) -> str:
+    return name if name.replace("_", "").replace("-", "").isalnum() else _value(name)
+
+
+def _value(value: object) -> str:
+    """A TOML scalar: a JSON string is a valid TOML basic string, and so are integers and booleans."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value, ensure_ascii=False)
