@@ -84,7 +84,7 @@ def scrape(port: int) -> dict[str, object]:
         text = answer.read().decode()
     values: dict[str, object] = {}
     for family in text_string_to_metric_families(text):
-        if family.type == "counter" and not family.samples[0].labels:
+        if family.type == "counter" and family.samples and not family.samples[0].labels:  # a labelled one may be empty
             values[family.name] = family.samples[0].value
         elif family.type == "histogram":
             buckets = [(float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket")]

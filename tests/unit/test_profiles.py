@@ -146,3 +146,12 @@ def test_the_hook_of_a_profile_is_found_next_to_it(tmp_path: Path):
     (tmp_path / "q.toml").write_text('[sign]\nhook = "my_hook:nothing"\n')
     with pytest.raises(ProfileError, match="q.toml:2: hook 'my_hook:nothing': my_hook has no function nothing"):
         load_profile(str(tmp_path / "q.toml"))
+
+
+def test_the_readme_s_profiles_are_profiles():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Your API: profiles"):readme.index("## What happens when")]
+    blocks = [block.split("```", 1)[0] for block in section.split("```toml\n")[1:]]
+    assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) == 5
+    for block in blocks:
+        read_profile(block, "README.md")

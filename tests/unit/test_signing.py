@@ -132,11 +132,23 @@ def test_a_ban_holds_every_key_an_answer_in_flight_extends_nothing_and_a_repeat_
     ban = HostBan(holds.append, first_pause=60, memory=3600, clock=clock)
     assert ban.banned(5.0) == 5.0 and holds == [5.0]
     clock.advance(1)
-    assert ban.banned(4.0) == 0.0 and holds == [5.0]  # another key's send, in flight when the ban began
+    assert ban.banned(4.0) == 0.0 and holds == [5.0, 4.0]  # another key's send, in flight when the ban began:
+    # nothing new, but its worker holds the keys itself (it may read its answer before the first one's hold lands)
     clock.advance(10)  # the ban is over; a new one within the memory is a repeat
     assert ban.banned(5.0) == 10.0
     clock.advance(20)
     assert ban.banned(None) == 60.0  # no length named: the first pause, longer than twice the last
     clock.advance(60 + 3601)
     assert ban.banned(5.0) == 5.0  # long after: forgotten
-    assert holds == [5.0, 10.0, 60.0, 5.0] and ban.bans == 4
+    assert holds == [5.0, 4.0, 10.0, 60.0, 5.0] and ban.bans == 4
+
+
+def test_a_profile_without_nonce_or_id_sends_neither_and_a_json_get_carries_its_fields_in_the_body():
+    profile = dataclasses.replace(
+        load_profile(), request=dataclasses.replace(load_profile().request, id_param="", params_in="json",
+                                                    headers=(("Accept", "application/json"),)),
+        nonce=dataclasses.replace(load_profile().nonce, style="none", param=""))
+    method, target, body, headers = RequestWriter("", "KEY", profile.request, profile.nonce).write(5, "r", {"a": "1"})
+    assert (method, target) == ("GET", "/api/request")
+    assert json.loads(body) == {"api_key": "KEY", "a": "1"}
+    assert headers == {"Accept": "application/json", "Content-Type": "application/json"}

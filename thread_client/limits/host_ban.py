@@ -39,15 +39,19 @@ class HostBan:
         return f"<HostBan bans={self.bans} last={self._pause:.0f} s>"
 
     def banned(self, retry_after: float | None) -> float:
-        """A ban answer came; returns how long from now no key sends (0: the ban known already covers it)."""
+        """A ban answer came; returns how long from now no key sends (0: the ban known already covers it).
+        The keys are held before it returns, either way: the worker that read the answer sends nothing
+        more until the ban's end, even while the worker that read the first one is still holding them."""
         now = self._clock()
         with self._lock:
             named = retry_after if retry_after is not None else self._first_pause
-            if now < self._ends_at and now + named <= self._ends_at:
-                return 0.0  # an answer to a send that left before the ban was known
-            repeat = now < self._ends_at + self._memory and self.bans > 0 and now >= self._ends_at
-            pause = max(named, 2 * self._pause) if repeat else named
-            self._pause, self._ends_at = pause, now + pause
-            self.bans += 1
-        self._hold_all(pause)
-        return pause
+            known = now < self._ends_at and now + named <= self._ends_at  # a send that left before the ban was known
+            if known:
+                pause = self._ends_at - now
+            else:
+                repeat = now < self._ends_at + self._memory and self.bans > 0 and now >= self._ends_at
+                pause = max(named, 2 * self._pause) if repeat else named
+                self._pause, self._ends_at = pause, now + pause
+                self.bans += 1
+        self._hold_all(pause)  # idempotent: a limiter holds until the latest end it was given
+        return 0.0 if known else pause
