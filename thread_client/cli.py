@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 PROG = "thread-client"
 # Options whose value goes into the Config field of the same name unchanged.
 _SAME_AS_CONFIG = (
-    "url", "ca_file", "rate", "max_retries", "max_retry_after", "max_strikes",
+    "url", "ca_file", "rate", "max_retries", "max_retry_after",
     "queue_size", "load", "source", "follow", "duration", "metrics_interval", "metrics_port", "outage_after",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
@@ -112,9 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-retry-after", type=bounded(float, 0, 86_400, "s"), default=defaults.MAX_RETRY_AFTER, metavar="SECONDS",
         help="longest server-asked pause (Retry-After on 429/503) a key waits out; longer asks are cut to it "
         "(default %(default)s)")
-    add("--max-strikes", type=bounded(int, 1, 1000), default=defaults.MAX_STRIKES,
-        help="unexplained 429s after which a key is parked for the rest of the run (default %(default)s); "
-        "must stay below --server-max-429")
+    add("--max-strikes", type=bounded(int, 1, 1000),
+        help=f"unexplained 429s after which a key is parked for the rest of the run (default {defaults.MAX_STRIKES}, "
+        "or fewer where the profile's strikes_to_block asks it); must stay below --server-max-429")
     add("--server-max-429", type=bounded(int, 1, 1_000_000), metavar="N",
         help="rate-limit rejections after which the server blocks a key for good (default: the profile's "
         "[penalty] strikes_to_block)")
@@ -188,7 +188,11 @@ def build_config(argv: list[str] | None = None) -> Config:
             raise ConfigError(f"--source {args.source}: cannot read it")
         keys = load_keys(args.keys_file)
         delivery = Delivery.named(args.delivery)
+        threads_per_key = args.threads_per_key or delivery.threads_per_key
         profile = load_profile(args.profile)
+        server_max_429 = args.server_max_429 or profile.penalty.strikes_to_block
+        # A profile whose API blocks keys sooner parks them sooner: the budget stays below its block.
+        max_strikes = args.max_strikes or max(1, min(defaults.MAX_STRIKES, server_max_429 - threads_per_key))
         if args.params_in is not None:
             profile = replace(profile, request=replace(profile.request, params_in=args.params_in))
         return Config(
@@ -200,11 +204,12 @@ def build_config(argv: list[str] | None = None) -> Config:
             member=args.member or f"{socket.gethostname()}-{os.getpid()}",
             state_dir=args.state_dir or str(default_state_dir()),
             delivery=delivery,
-            threads_per_key=args.threads_per_key or delivery.threads_per_key,
+            threads_per_key=threads_per_key,
+            max_strikes=max_strikes,
             window=args.window_ms / 1000,
             order_latency=args.order_latency_ms / 1000,
             invalid_nonce=InvalidNonceCost(args.invalid_nonce or profile.penalty.invalid_nonce),
-            server_max_429=args.server_max_429 or profile.penalty.strikes_to_block,
+            server_max_429=server_max_429,
             ttl=args.ttl_ms / 1000,
             http_timeout=args.http_timeout_ms / 1000,
             lease_ttl=args.lease_ttl_ms / 1000,

@@ -15,7 +15,7 @@ from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS
 from .limits.order_rule import InvalidNonceCost
-from .profile import Profile, Secret, Signer, load_profile
+from .profile import Profile, Secret, SignedParts, Signer, load_profile
 
 __all__ = [
     "Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "KeyList", "default_state_dir", "load_keys",
@@ -139,9 +139,10 @@ class Config:
                                   f"of the {self.keys_source} have no secret (give KEY SECRET per line)")
             for index, secret in enumerate(self.secrets):
                 try:
-                    Signer(profile.sign, secret)  # type: ignore[arg-type]  # checked above: none is None
+                    signer = Signer(profile.sign, secret)  # type: ignore[arg-type]  # checked above: none is None
                 except ValueError as exc:
                     raise ConfigError(f"key number {index + 1} of the {self.keys_source}: {exc}") from exc
+                _try_signing(signer, profile.name)
         if self.delivery.settles_ambiguous and not profile.nonce.ordered:
             raise ConfigError(f"--delivery {self.delivery} proves a lost answer's fate by the nonce rule (a nonce sent "
                               f"again is refused once accepted): profile {profile.name} has [nonce] style "
@@ -173,6 +174,16 @@ class Config:
             address = replace(address, options={**address.options,
                                                  "results": results.option("stream", flag="--results")})
         return WorkStream(address)
+
+
+def _try_signing(signer: Signer, profile: str) -> None:
+    """Sign made-up parts once at start-up: a hook that fails or returns no text fails here, not on every send."""
+    try:
+        signature = signer.sign(SignedParts("GET", "/", "a=1", "", "1", "1", "key", "5000"))
+    except Exception as exc:  # the user's hook: whatever it raises is a configuration error
+        raise ConfigError(f"profile {profile}: signing fails: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(signature, str) or not signature.isascii():
+        raise ConfigError(f"profile {profile}: the signing hook must return ASCII text, got {type(signature).__name__}")
 
 
 def _positive(**values: float) -> None:
@@ -226,6 +237,9 @@ def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.
         for number, row in numbered:
             if len(row) > 3:
                 raise ConfigError(f"{source}:{number}: more than three columns (KEY SECRET ACCOUNT)")
+            if len(row) > 1 and row[1].startswith("#"):
+                raise ConfigError(f"{source}:{number}: a secret may not start with '#' (a comment goes on a line "
+                                  "of its own)")
         rows = [row for _, row in numbered]
         keys = [row[0] for row in rows]
         secrets = tuple(Secret(row[1]) if len(row) > 1 else None for row in rows)

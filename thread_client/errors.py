@@ -6,7 +6,7 @@ import socket
 
 __all__ = [
     "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
-    "NoAnswer", "OutputInUse", "QueueClosed", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
+    "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
 ]
 
 
@@ -60,6 +60,11 @@ class TransportError(ThreadClientError):
 class ConnectFailed(TransportError):
     """Raised when no connection could be made (refused, name not resolved, TLS handshake, connect
     timeout): nothing was sent, the request's slot is free at once."""
+
+
+class RequestNotBuilt(TransportError):
+    """Raised when the request could not be built as the profile says (its signing hook failed, a parameter
+    of the user's takes a name the profile sends itself): nothing was sent, and sending it again would not help."""
 
 
 class StaleConnection(TransportError):

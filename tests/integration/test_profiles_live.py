@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import KEYS, ROOT, run_client
-from thread_client.profile import load_profile, profile_toml
+from thread_client.profile import AnswerRule, load_profile, profile_toml
 
 SIGNED_MODES = ("--key-header", "X-Api-Key", "--timestamp-ms", "--json-body", "--sign", "headers")
 SECRETS = ("sEcReT-one-4f1c", "sEcReT-two-9a7e", "sEcReT-three-2b6d")
@@ -83,7 +83,12 @@ def test_a_host_ban_is_waited_out_by_every_key_and_never_sent_into(start_server,
     server = start_server("--max-latency-ms", "2", "--rate", "5", "--max-429", "100000", "--ban-after", "2",
                           "--ban-seconds", "3")
     source = requests_file(tmp_path, 40)
-    result, summary = run_client(server, tmp_path, "--keys-file", str(_plain_keys(tmp_path)), "--source", str(source),
+    reference = load_profile()  # the contract has no 418: the reference profile with a rule for the ban
+    banning = tmp_path / "banning.toml"
+    banning.write_text(profile_toml(dataclasses.replace(
+        reference, answers=(AnswerRule("banned", (418, 418)), *reference.answers))))
+    result, summary = run_client(server, tmp_path, "--profile", str(banning), "--keys-file", str(_plain_keys(tmp_path)),
+                                 "--source", str(source),
                                  "--max-strikes", "1000", "--server-max-429", "100000", "--duration", "90",
                                  timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -181,3 +181,26 @@ def test_the_command_line_defaults_are_the_configuration_defaults(monkeypatch):
     parsed, bare = build_config([]), Config()
     differing = {f.name for f in dataclasses.fields(Config) if getattr(parsed, f.name) != getattr(bare, f.name)}
     assert differing == {"member"}  # the one default that depends on the process: HOST-PID
+
+
+def test_a_comment_after_a_key_is_no_secret(tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_text(f"{KEYS[0]} #prod\n")
+    path.chmod(0o600)
+    with pytest.raises(ConfigError, match=":1: a secret may not start with '#'"):
+        load_keys(str(path))
+
+
+def test_a_profile_that_blocks_keys_sooner_parks_them_sooner(tmp_path):
+    profile = tmp_path / "strict.toml"
+    profile.write_text("[penalty]\nstrikes_to_block = 4\n")
+    config = build_config(["--profile", str(profile)])
+    assert (config.server_max_429, config.max_strikes, config.strike_budget) == (4, 2, 2)
+    assert build_config(["--profile", str(profile), "--server-max-429", "10"]).max_strikes == 3
+
+
+def test_a_signing_hook_that_fails_stops_the_daemon_at_start(tmp_path):
+    (tmp_path / "bad_hook.py").write_text("def sign(secret, parts):\n    raise RuntimeError('no')\n")
+    (tmp_path / "p.toml").write_text('[sign]\nhook = "bad_hook:sign"\n')
+    with pytest.raises(ConfigError, match="signing fails: RuntimeError: no"):
+        Config(keys=KEYS[:1], secrets=(Secret("s"),), profile=load_profile(str(tmp_path / "p.toml")))

@@ -3,13 +3,14 @@ broken profile names its line; the compiled profile drives the request writer an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
-from thread_client.policy.answers import AnswerTable, Outcome
+from thread_client.policy.answers import AnswerTable, Outcome, Reading
 from thread_client.profile import ProfileError, builtin_names, load_profile, profile_toml, read_profile
 from thread_client.profile.command import profile_main
 
@@ -68,6 +69,14 @@ BROKEN = [
     ("[penalty]\nstrikes_to_block = 0\n", 2, "strikes_to_block must be at least 1"),
     ("[penalty]\ninvalid_nonce = \"cheap\"\n", 2, "invalid_nonce must be one of free, counted"),
     ("[request]\nmethod = \"GET\"\nmethod = \"POST\"\n", 3, "not TOML"),
+    ("[nonce]\nstyle = \"timestamp-ms\"\n[sign]\nmessage = \"{nonce:d}{body}\"\n", 4, "no format spec or conversion"),
+    ("[sign]\nmessage = \"{body!r}\"\n", 2, "no format spec or conversion"),
+    ("[[answers.rule]]\nstatus = 400\noutcome = \"rejected\"\n", 1, "no answers rule accepts a 2xx"),
+    ("[request]\nkey_param = \"\"\n", 2, "the key goes nowhere"),
+    ("[nonce]\nparam = \"\"\n", 2, "the nonce goes nowhere"),
+    ("[request]\nfields_in = \"body\"\n", 2, "needs a body"),
+    ("[request]\npath = \"/ordér\"\n", 2, "non-ASCII"),
+    ("[[answers.rule]]\nstatus = 200\nfield = \"x\"\nequals = nan\noutcome = \"accepted\"\n", 4, "finite"),
 ]
 
 
@@ -85,6 +94,21 @@ def test_every_error_is_reported_at_once():
     with pytest.raises(ProfileError) as raised:
         read_profile(text, "p.toml")
     assert [error.split(": ")[0] for error in raised.value.errors] == ["p.toml:2", "p.toml:3", "p.toml:5"]
+
+
+def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
+    assert read_profile("", "empty.toml", "empty") == dataclasses.replace(load_profile(), name="empty", description="")
+
+
+@pytest.mark.parametrize("text", [
+    '[nonce]\nstyle = "none"\n',
+    '[request]\nheaders = { "Accept-é" = "x", "X.Dot" = "y" }\n',
+    '[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\nkey_header = "K"\n',
+    '[[answers.rule]]\nstatus = [200, 299]\nfield = "ok"\nequals = 1.5\noutcome = "accepted"\n',
+])
+def test_odd_profiles_read_back_from_show(text):
+    profile = read_profile(text, "odd.toml", "odd")
+    assert read_profile(profile_toml(profile), "shown", "odd") == profile
 
 
 def test_the_reference_profile_is_the_contract_s_request_and_table():
@@ -126,8 +150,7 @@ outcome = "retry"
     assert table.classify(200, b'{"data": {"id": "7"}}', "7").outcome is Outcome.ACCEPTED
     unmatched = table.classify(200, b'{"data": {"id": "8"}}', "7")
     assert unmatched.outcome is Outcome.BAD_ANSWER and unmatched.unmatched  # ambiguous, as today's "anything else"
-    assert table.classify(502, b"Bad Gateway", "7") == table.classify(502, b"Bad Gateway", "7")
-    assert table.classify(502, b"Bad Gateway", "7").outcome is Outcome.SERVER_ERROR
+    assert table.classify(502, b"Bad Gateway", "7") == Reading(Outcome.SERVER_ERROR, "502 Bad Gateway")
     teapot = table.classify(418, b"", "7")
     assert teapot.outcome is Outcome.SERVER_ERROR and teapot.unmatched
 
@@ -141,7 +164,7 @@ def test_a_profile_file_that_cannot_be_read_is_one_clear_error(tmp_path):
 
 def test_the_hook_of_a_profile_is_found_next_to_it(tmp_path: Path):
     (tmp_path / "my_hook.py").write_text("def sign(secret, parts):\n    return 'sig-' + parts.nonce\n")
-    (tmp_path / "p.toml").write_text('[sign]\nhook = "my_hook:sign"\n')
+    (tmp_path / "p.toml").write_text('[sign]\nhook = "my_hook:sign"\n')  # every other field: the reference's
     assert load_profile(str(tmp_path / "p.toml")).sign.hook == "my_hook:sign"
     (tmp_path / "q.toml").write_text('[sign]\nhook = "my_hook:nothing"\n')
     with pytest.raises(ProfileError, match="q.toml:2: hook 'my_hook:nothing': my_hook has no function nothing"):

@@ -64,10 +64,29 @@ def test_the_reference_profile_writes_today_s_request_exactly():
     assert writer.write(17, "a b", None) == ("GET", "/api/request?api_key=KEY&nonce=17&req_id=a%20b", None, {})
     assert writer.write(17, "x", {"side": "buy"}) == ("GET", "/api/request?api_key=KEY&nonce=17&req_id=x&side=buy",
                                                       None, {})
-    form = dataclasses.replace(load_profile().request, params_in="form")
+    form = dataclasses.replace(load_profile().request, params_in="form")  # --params-in form: as before
     method, target, body, headers = RequestWriter("/pre", "KEY", form).write(17, "x", {"side": "buy"})
-    assert (target, body, headers) == ("/pre/api/request", b"api_key=KEY&nonce=17&req_id=x&side=buy",
-                                       {"Content-Type": "application/x-www-form-urlencoded"})
+    assert (method, target, body, headers) == ("GET", "/pre/api/request?api_key=KEY&nonce=17&req_id=x", b"side=buy",
+                                               {"Content-Type": "application/x-www-form-urlencoded"})
+    assert RequestWriter("", "KEY", form).write(17, "x", None) == (
+        "GET", "/api/request?api_key=KEY&nonce=17&req_id=x", None, {})  # no params: no body, as before
+
+
+def test_fields_in_body_puts_the_profile_s_own_params_with_the_user_s():
+    request = dataclasses.replace(load_profile().request, method="POST", params_in="form", fields_in="body")
+    _, target, body, _ = RequestWriter("", "KEY", request).write(17, "x", {"side": "buy"})
+    assert (target, body) == ("/api/request", b"api_key=KEY&nonce=17&req_id=x&side=buy")
+    _, target, body, _ = RequestWriter("", "KEY", dataclasses.replace(request, params_in="json")).write(17, "x", None)
+    assert (target, json.loads(body)) == ("/api/request", {"api_key": "KEY", "nonce": "17", "req_id": "x"})
+
+
+def test_a_user_s_parameter_may_not_take_a_name_the_profile_sends():
+    profile = load_profile(str(ROOT / "examples" / "profiles" / "binance-spot-like.toml"))
+    writer = RequestWriter("", "KEY", profile.request, profile.nonce, profile.sign, Signer(profile.sign, Secret("s")))
+    for name in ("timestamp", "signature", "newClientOrderId", "recvWindow"):
+        with pytest.raises(ValueError, match=f"parameter.s. {name} are names the profile sends itself"):
+            writer.write(1, "x", {name: "mine", "symbol": "LTCBTC"})
+    assert writer.write(1, "x", {"nonce": "a user's own"})[1].count("nonce=") == 1  # not this profile's name
 
 
 def test_the_signed_json_profile_puts_key_time_window_and_signature_in_headers_over_the_body():
@@ -143,10 +162,17 @@ def test_a_ban_holds_every_key_an_answer_in_flight_extends_nothing_and_a_repeat_
     assert holds == [5.0, 4.0, 10.0, 60.0, 5.0] and ban.bans == 4
 
 
+@pytest.mark.parametrize("retry_after, pause", [(0.0, 1.0), (1e12, 600.0), (float("inf"), 600.0)])
+def test_a_ban_pause_lies_between_a_second_and_the_longest_pause_asked_for(retry_after, pause):
+    holds: list[float] = []
+    ban = HostBan(holds.append, max_pause=600, clock=FakeClock())
+    assert ban.banned(retry_after) == pause and holds == [pause]
+
+
 def test_a_profile_without_nonce_or_id_sends_neither_and_a_json_get_carries_its_fields_in_the_body():
     profile = dataclasses.replace(
         load_profile(), request=dataclasses.replace(load_profile().request, id_param="", params_in="json",
-                                                    headers=(("Accept", "application/json"),)),
+                                                    fields_in="body", headers=(("Accept", "application/json"),)),
         nonce=dataclasses.replace(load_profile().nonce, style="none", param=""))
     method, target, body, headers = RequestWriter("", "KEY", profile.request, profile.nonce).write(5, "r", {"a": "1"})
     assert (method, target) == ("GET", "/api/request")

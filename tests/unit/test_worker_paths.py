@@ -17,10 +17,14 @@ import threading
 import time
 from typing import Callable
 
+import pytest
+
 from conftest import wait_for
-from fakes import Call, ScriptedTransport, Step, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable
+from fakes import (
+    Call, ScriptedTransport, Step, answer, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable,
+)
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
-from thread_client.errors import AnswerTimedOut, EntryTakenOver, StaleConnection
+from thread_client.errors import AnswerTimedOut, EntryTakenOver, LimiterTimeout, RequestNotBuilt, StaleConnection
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
@@ -31,7 +35,9 @@ from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 from thread_client.observe.metrics import Metrics
 from thread_client.parts import Journal
+from thread_client.policy.answers import AnswerTable
 from thread_client.policy.retry import RetryPolicy
+from thread_client.profile import read_profile
 from thread_client.request import Request
 
 SECRET = "UT4NHL1J796WCHULA1750MXYF9F5JYA6"
@@ -569,3 +575,37 @@ def test_a_timed_out_send_holds_its_slot_until_its_connection_shows_the_server_r
     late_answers.close()
     watcher.join(BOUND)
     server_end.close()
+
+
+def test_a_request_that_could_not_be_built_is_refused_with_nothing_sent_and_its_slot_free():
+    # A signing hook that fails, or a parameter taking a name the profile sends itself: nothing left, so
+    # the request is no ambiguous attempt (and never retried into the same failure).
+    rig = Rig(RequestNotBuilt("the request could not be built: ValueError: parameter(s) nonce ..."))
+    request = rig.submit()
+    rig.handle_next()
+    rig.assert_clean()
+    assert rig.queues.counts().graveyard == 1 and request.ambiguous == 0 and request.attempts == 0
+    assert rig.metrics.snapshot().outcomes == {"rejected": 1}
+
+
+def test_a_ban_answer_holds_the_key_before_its_slot_frees():
+    bans: list[float | None] = []
+    in_flight_at_ban: list[int] = []
+
+    def ban(retry_after: float | None) -> float:
+        bans.append(retry_after)
+        in_flight_at_ban.append(rig.key.limiter.state().in_flight)  # the answer's own slot not yet free
+        rig.key.limiter.hold(30)  # as the daemon's HostBan does, for every key
+        return 30.0
+
+    rig = Rig(answer(418, {"status": "error", "error_msg": "banned"}, retry_after=30))
+    rig.worker = Worker(rig.key, rig.queues, rig.transport, RetryPolicy(), OutageGate(), rig.stop, listener=rig.metrics,
+                        on_ban=ban, answers=AnswerTable(read_profile(
+                            '[[answers.rule]]\nstatus = 418\noutcome = "banned"\n'
+                            '[[answers.rule]]\nstatus = 200\noutcome = "accepted"\n', "ban.toml")))
+    rig.submit()
+    rig.handle_next()
+    rig.assert_clean()
+    assert bans == [30] and in_flight_at_ban == [1] and rig.queues.sizes() == (0, 1)  # handed back, for free
+    with pytest.raises(LimiterTimeout):
+        rig.key.limiter.acquire(timeout=0)  # no slot while the ban lasts

@@ -11,8 +11,8 @@ from typing import Callable
 from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
-    AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed, SendOvertaken,
-    StaleConnection, TransportError,
+    AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed,
+    RequestNotBuilt, SendOvertaken, StaleConnection, TransportError,
 )
 from ..io.late_answers import LateAnswers
 from ..limits.keys import ApiKey
@@ -81,6 +81,7 @@ class Worker(ManagedThread):
         self._on_key_retired = on_key_retired
         self._on_stop = on_stop
         self._on_ban = on_ban
+        self._ban_pause = 0.0  # the pause the latest ban answer this worker read started (0: one known already)
         # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
         self._settles = delivery.settles_ambiguous
         self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
@@ -418,6 +419,9 @@ class Worker(ManagedThread):
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:
+            if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free, the request refused here
+                limiter.cancel(permit)
+                return Reading(Outcome.REJECTED, exc.detail), None
             request.note_attempt(self.key.name, permit.nonce, None, b"")
             if isinstance(exc, ConnectFailed):
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
@@ -450,6 +454,8 @@ class Worker(ManagedThread):
             if reading.unmatched:
                 self._listener.unmatched_answer(answer.status)
             accepted = reading.outcome is Outcome.ACCEPTED
+            if reading.outcome is Outcome.BANNED:  # every key held before this slot frees: nothing slips in
+                self._ban_pause = self._on_ban(answer.retry_after)
         finally:
             limiter.release(permit, answered_at, accepted=accepted)
         self._outage.answered()
@@ -500,10 +506,9 @@ class Worker(ManagedThread):
             log.log(logging.WARNING if action.key_delay >= 1 else logging.DEBUG,
                     "%s: the server asked for a pause: no send on this key for %.1f s%s",
                     self.key.name, action.key_delay, capped)
-        elif action.key is KeyStep.BAN:
-            pause = self._on_ban(retry_after)
-            if pause:
-                log.warning("%s: the host is banned (%s): no key sends for %.1f s", self.key.name, reading.detail, pause)
+        elif action.key is KeyStep.BAN and self._ban_pause:  # held already, when the answer was read
+            log.warning("%s: the host is banned (%s): no key sends for %.1f s", self.key.name, reading.detail,
+                        self._ban_pause)
         elif action.key is KeyStep.RESYNC:
             gap = limiter.note_invalid_nonce()  # the order rule's bet lost: it costs the slot, nothing more
             log.debug("%s: 400 invalid nonce; order gap %.1f ms", self.key.name, 1000 * gap)

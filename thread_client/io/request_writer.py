@@ -18,9 +18,10 @@ class RequestWriter:
     """Builds every attempt of one key. The API key, its parameter and the static headers are formatted
     here once; ``write`` joins them with the nonce, the id and the user's parameters.
 
-    Where each field goes: the key, nonce, receive window and id (unless the profile puts them in
-    headers) travel with the user's parameters where ``params_in`` says: the query string, a form body
-    or a JSON body; a signature param goes last in the query string, over everything before it.
+    Where each field goes: the user's parameters where ``params_in`` says (the query string, a form
+    body or a JSON body); the key, nonce, receive window and id params (those the profile does not put
+    in headers) in the query string, or with the parameters in the body (``fields_in = "body"``); a
+    signature param last in the query string, over everything before it.
     """
 
     def __init__(
@@ -34,6 +35,7 @@ class RequestWriter:
         self._key = api_key
         self._json = request.params_in == "json"
         self._form = request.params_in == "form"
+        self._fields_in_body = request.fields_in == "body"
         self._key_param = request.key_param
         self._nonce_param = nonce.param if nonce.style != "none" else ""
         self._window = str(nonce.recv_window_ms) if nonce.recv_window_ms else ""
@@ -58,6 +60,9 @@ class RequestWriter:
         self._signature_param = signing.param if signing is not None else ""
         self._signature_header = signing.header if signing is not None else ""
         self._stamp_is_time = nonce.is_timestamp
+        # A user's parameter may not take a name the profile sends itself (it would replace or repeat it).
+        self._reserved = frozenset(name for name in (
+            self._key_param, self._nonce_param, self._window_param, self._id_param, self._signature_param) if name)
 
     def __repr__(self) -> str:
         return f"<RequestWriter {self.method} {self.path}>"
@@ -70,19 +75,24 @@ class RequestWriter:
             headers = dict(headers)
             if self._nonce_header:
                 headers[self._nonce_header] = stamp
+        if params and not self._reserved.isdisjoint(params):
+            taken = ", ".join(sorted(self._reserved.intersection(params)))
+            raise ValueError(f"parameter(s) {taken} are names the profile sends itself")
         if self._json:
-            fields = self._protocol_fields(stamp, req_id)
+            fields = self._protocol_fields(stamp, req_id) if self._fields_in_body else {}
             if params:
                 fields.update(params)
-            query, body = "", json.dumps(fields, separators=(",", ":"))
+            query = "" if self._fields_in_body else self._protocol_query(stamp, req_id)
+            body = json.dumps(fields, separators=(",", ":")) if fields else ""
         else:
-            query = self._protocol_query(stamp, req_id)
-            if params:
-                query = f"{query}&{urlencode(params)}" if query else urlencode(params)
-            if self._form:
-                query, body = "", query
+            protocol = self._protocol_query(stamp, req_id)
+            user = urlencode(params) if params else ""
+            if self._form and self._fields_in_body:
+                query, body = "", _joined(protocol, user)
+            elif self._form:
+                query, body = protocol, user
             else:
-                body = ""
+                query, body = _joined(protocol, user), ""
         if body:
             if headers is self._headers:
                 headers = dict(headers)
@@ -95,8 +105,7 @@ class RequestWriter:
             if self._signature_header:
                 headers[self._signature_header] = signature
             else:
-                signed = f"{quote(self._signature_param)}={quote(signature)}"
-                query = f"{query}&{signed}" if query else signed
+                query = _joined(query, f"{quote(self._signature_param)}={quote(signature)}")
         target = f"{self.path}?{query}" if query else self.path
         return self.method, target, body.encode() if body else None, headers
 
@@ -111,9 +120,10 @@ class RequestWriter:
         return fields
 
     def _protocol_query(self, stamp: str, req_id: str) -> str:
-        parts = [f"{self._before_nonce}{stamp}" if self._nonce_param else self._before_nonce.rstrip("&")]
-        if self._after_nonce:
-            parts.append(self._after_nonce)
-        if self._id_prefix:
-            parts.append(f"{self._id_prefix}{quote(req_id)}")
-        return "&".join(part for part in parts if part)
+        return _joined(f"{self._before_nonce}{stamp}" if self._nonce_param else self._before_nonce.rstrip("&"),
+                       self._after_nonce, f"{self._id_prefix}{quote(req_id)}" if self._id_prefix else "")
+
+
+def _joined(*parts: str) -> str:
+    """Query-string parts joined with ``&``, the empty ones left out."""
+    return "&".join(part for part in parts if part)

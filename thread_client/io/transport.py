@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from .. import defaults
 from ..clock import Clock, monotonic
-from ..errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, StaleConnection
+from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterSend, StaleConnection
 from ..limits.timestamps import ServerClock
 from ..parts import Answer
 from ..profile import Profile, RequestShape, Signer
@@ -107,7 +107,12 @@ class HttpTransport:
 
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         """One attempt; raises a TransportError (see the class docstring) when no answer came.
-        ``params`` go where the profile's ``params_in`` says."""
+        ``params`` go where the profile's ``params_in`` says. Raises RequestNotBuilt, with nothing
+        sent, if the request cannot be built (a signing hook failed, a parameter takes a profile's name)."""
+        try:
+            method, target, body, headers = self._writer.write(nonce, req_id, params)
+        except Exception as exc:  # the user's hook, or the user's parameters: whatever it is, nothing left
+            raise RequestNotBuilt(f"the request could not be built: {type(exc).__name__}: {exc}") from exc
         connection = self._connection
         replaced_stale = connection.sock is not None and (
             self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)
@@ -117,7 +122,6 @@ class HttpTransport:
         reused = connection.sock is not None
         if not reused:
             self._connect()
-        method, target, body, headers = self._writer.write(nonce, req_id, params)
         sent_ms = self._server_clock.wall_ms() if self._server_clock is not None else 0.0
         try:
             connection.request(method, target, body, headers)
@@ -245,7 +249,10 @@ def learn_server_clock(
         connection.close()
     if response.status != 200:
         raise ValueError(f"{path} answered {response.status}")
-    value = json.loads(body).get(field) if body.startswith(b"{") else None
+    try:
+        value = json.loads(body).get(field) if body.startswith(b"{") else None
+    except RecursionError as exc:
+        raise ValueError(f"{path} answered JSON nested too deep") from exc
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ValueError(f"{path} gave no number in {field!r}")
     server_clock.observe(float(value), sent, received)

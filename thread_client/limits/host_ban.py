@@ -11,6 +11,8 @@ from ..clock import Clock, monotonic
 
 __all__ = ["HostBan"]
 
+_MIN_PAUSE = 1.0
+
 
 class HostBan:
     """Holds every key for the length of a ban; ``hold_all`` is the key pool's.
@@ -19,13 +21,16 @@ class HostBan:
     requests already in flight when the ban began say nothing new and extend nothing. A ban
     that follows the last one within ``memory`` seconds of its end is a repeat: it lasts at
     least twice the last one, whatever the server names (sending early only lengthens a ban).
+    Every pause lies between a second (a ``Retry-After: 0`` would send straight back into the
+    ban) and ``max_pause`` (``--max-retry-after``: a longer ban is probed once per ``max_pause``).
     """
 
     def __init__(
         self, hold_all: Callable[[float], None], *, first_pause: float = defaults.BAN_PAUSE,
-        memory: float = defaults.BAN_MEMORY, clock: Clock = monotonic,
+        memory: float = defaults.BAN_MEMORY, max_pause: float = defaults.MAX_RETRY_AFTER, clock: Clock = monotonic,
     ) -> None:
         self._hold_all = hold_all
+        self._max_pause = max(max_pause, _MIN_PAUSE)
         self._first_pause = first_pause
         self._memory = memory
         self._clock = clock
@@ -45,12 +50,13 @@ class HostBan:
         now = self._clock()
         with self._lock:
             named = retry_after if retry_after is not None else self._first_pause
+            named = min(max(named, _MIN_PAUSE), self._max_pause)
             known = now < self._ends_at and now + named <= self._ends_at  # a send that left before the ban was known
             if known:
                 pause = self._ends_at - now
             else:
                 repeat = now < self._ends_at + self._memory and self.bans > 0 and now >= self._ends_at
-                pause = max(named, 2 * self._pause) if repeat else named
+                pause = min(max(named, 2 * self._pause), self._max_pause) if repeat else named
                 self._pause, self._ends_at = pause, now + pause
                 self.bans += 1
         self._hold_all(pause)  # idempotent: a limiter holds until the latest end it was given

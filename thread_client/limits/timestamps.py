@@ -36,7 +36,7 @@ class ServerClock:
         self._lock = threading.Lock()
         self._low, self._high = -math.inf, math.inf
         self._offset = 0.0  # read without the lock: a float attribute is read whole
-        self._date, self._date_ms = "", 0.0  # the last Date header read, and its value (parsed once)
+        self._date: tuple[str, float] = ("", 0.0)  # the last Date header read and its value (parsed once), as one
 
     def __repr__(self) -> str:
         return f"<ServerClock offset={self._offset:.0f} ms (±{(self._high - self._low) / 2:.0f})>"
@@ -57,15 +57,17 @@ class ServerClock:
         """An answer's ``Date`` header, read from an answer to a request sent at ``sent_ms`` (our wall clock)."""
         if not date:
             return
-        if date != self._date:
+        last, last_ms = self._date
+        if date != last:
             try:
                 parsed = email.utils.parsedate_to_datetime(date)
             except (TypeError, ValueError, OverflowError):
                 return
             if parsed.tzinfo is None:
                 return
-            self._date, self._date_ms = date, parsed.timestamp() * 1000
-        self.observe(self._date_ms, sent_ms, received_ms, resolution_ms=1000)
+            last_ms = parsed.timestamp() * 1000
+            self._date = (date, last_ms)
+        self.observe(last_ms, sent_ms, received_ms, resolution_ms=1000)
 
     def observe(self, server_ms: float, sent_ms: float, received_ms: float, resolution_ms: float = 1.0) -> None:
         """A server stamp ``server_ms`` (true to ``resolution_ms``) taken between ``sent_ms`` and ``received_ms``."""

@@ -57,6 +57,8 @@ _BY_NAME = {
 }
 # Outcomes whose words start with the status: they say something about the server, not the request.
 _STATUS_FIRST = (Outcome.ENDPOINT_NOT_FOUND, Outcome.UNAVAILABLE, Outcome.SERVER_ERROR)
+# Outcomes that retire a key: their words are the server's message or the status, never a page of HTML.
+_MESSAGE_ONLY = (Outcome.INVALID_KEY, Outcome.FORBIDDEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +123,11 @@ class AnswerTable:
 
     def _words(self, outcome: Outcome, status: int, payload: dict | None, body: bytes) -> str:
         """The server's own words for the record: its message field, else the start of the body, else the status."""
-        message = _lookup(payload, self._message) if payload is not None and self._message else None
-        words = str(message) if message not in (None, "") else _text(body)
+        message = _lookup(payload, self._message) if payload is not None and self._message else _MISSING
+        if message is not _MISSING and message not in (None, ""):
+            words = str(message)
+        else:
+            words = "" if outcome in _MESSAGE_ONLY else _text(body)
         if outcome in _STATUS_FIRST:
             return f"{status} {words}".strip()
         return words or f"{status} {_phrase(status)}".strip()

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from .. import defaults
 
 __all__ = [
-    "ANSWER_OUTCOMES", "INVALID_NONCE_COSTS", "METHODS", "NONCE_STYLES", "PARAMS_IN", "TEMPLATE_FIELDS",
+    "ANSWER_OUTCOMES", "FIELDS_IN", "INVALID_NONCE_COSTS", "METHODS", "NONCE_STYLES", "PARAMS_IN", "TEMPLATE_FIELDS",
     "AnswerRule", "NonceShape", "Penalty", "Profile", "RequestShape", "Signing",
 ]
 
 METHODS = ("GET", "POST", "PUT", "DELETE")
 #: Where a request's own parameters travel: the query string, a form-encoded body, or a JSON object body.
 PARAMS_IN = ("query", "form", "json")
+#: Where the profile's own params (key, nonce, receive window, id) travel: the query string, or the body.
+FIELDS_IN = ("query", "body")
 #: ``counter``: strictly increasing per key (wall-clock microseconds, durable across runs);
 #: ``timestamp-ms``/``-us``: the server's clock as the daemon estimates it; ``none``: nothing is sent.
 NONCE_STYLES = ("counter", "timestamp-ms", "timestamp-us", "none")
@@ -31,11 +33,14 @@ TEMPLATE_FIELDS = ("method", "path", "query", "body", "nonce", "timestamp", "key
 @dataclass(frozen=True, slots=True)
 class RequestShape:
     """How one request is built. ``key_param`` or ``key_header`` (exactly one) carries the API key;
-    ``id_param`` empty: the id is not sent and an answer belongs to its connection only."""
+    ``id_param`` empty: the id is not sent and an answer belongs to its connection only. The user's
+    params go where ``params_in`` says; the key, nonce, receive window and id params in the query
+    string (``fields_in = "query"``) or with the params in the body (``"body"``)."""
 
     method: str = "GET"
     path: str = "/api/request"
     params_in: str = "query"
+    fields_in: str = "query"
     key_param: str = "api_key"
     key_header: str = ""
     id_param: str = "req_id"

@@ -4,6 +4,7 @@ then compiled into the frozen values of ``model``. Built-in profiles are package
 from __future__ import annotations
 
 import importlib.resources
+import math
 import re
 import string
 import tomllib
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import (
-    ANSWER_OUTCOMES, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS, AnswerRule, NonceShape,
+    ANSWER_OUTCOMES, FIELDS_IN, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS, AnswerRule, NonceShape,
     Penalty, Profile, RequestShape, Signing,
 )
 from .signing import HookError, load_hook
@@ -45,6 +46,7 @@ _TABLES: dict[str, dict[str, _Field]] = {
     "": {"name": _TEXT, "description": _TEXT},
     "request": {
         "method": _Field((str,), METHODS), "path": _TEXT, "params_in": _Field((str,), PARAMS_IN),
+        "fields_in": _Field((str,), FIELDS_IN),
         "key_param": _TEXT, "key_header": _TEXT, "id_param": _TEXT, "headers": _Field((dict,)),
     },
     "nonce": {
@@ -202,6 +204,10 @@ class _Compiler:
             self._error(self._finder.line("request", "key_header"), "give key_param or key_header, not both")
         elif key_places == ["key_header"]:
             values.setdefault("key_param", "")
+        elif not key_places and "key_param" in values:
+            self._error(self._finder.line("request", "key_param"), "the key goes nowhere: give key_param or key_header")
+        if values.get("fields_in") == "body" and values.get("params_in", "query") == "query":
+            self._error(self._finder.line("request", "fields_in"), 'fields_in = "body" needs a body: params_in form or json')
         self._check_path(values.get("path"), "request", "path")
         return RequestShape(**values, headers=tuple((str(name), str(value)) for name, value in headers.items()))
 
@@ -224,6 +230,9 @@ class _Compiler:
                 self._error(self._finder.line("nonce", "time_path"), "time_path serves the timestamp styles only")
         if style == "none":
             values.setdefault("param", "")
+        elif "param" in values and not values["param"] and not values.get("header"):
+            self._error(self._finder.line("nonce", "param"), "the nonce goes nowhere: give param or header "
+                                                             '(or style = "none")')
         return NonceShape(**values)
 
     def _sign(self, values: dict[str, Any], nonce: NonceShape, request: RequestShape) -> Signing | None:
@@ -240,10 +249,15 @@ class _Compiler:
         message = values.get("message", _DEFAULT_MESSAGE)
         available = _available_fields(nonce, request)
         try:
-            named = [part[1] for part in string.Formatter().parse(message) if part[1] is not None]
+            parsed = [part for part in string.Formatter().parse(message) if part[1] is not None]
         except ValueError as exc:
             self._error(self._finder.line("sign", "message"), f"message is not a template: {exc}")
-            named = []
+            parsed = []
+        named = [part[1] for part in parsed]
+        if any(part[2] or part[3] for part in parsed):
+            self._error(self._finder.line("sign", "message"), "message fields take no format spec or conversion "
+                                                               "({nonce}, not {nonce:d} or {nonce!r}): what is signed "
+                                                               "is what is sent")
         for name in named:
             if name not in TEMPLATE_FIELDS:
                 self._error(self._finder.line("sign", "message"),
@@ -254,6 +268,8 @@ class _Compiler:
         return Signing(**values, hook_dir=self._hook_dir if hook else "")
 
     def _rules(self, raw: list[Any], request: RequestShape) -> tuple[AnswerRule, ...]:
+        if not raw:  # no rules given: the reference's, like every other default
+            return load_profile(DEFAULT_PROFILE).answers if self._source != f"built-in {DEFAULT_PROFILE}" else ()
         rules: list[AnswerRule] = []
         for index, entry in enumerate(raw):
             line = self._finder.line("answers.rule", "", index)
@@ -268,6 +284,8 @@ class _Compiler:
             statuses = self._statuses(values.pop("status"), self._finder.line("answers.rule", "status", index))
             if statuses is None:
                 continue
+            if isinstance(values.get("equals"), float) and not math.isfinite(values["equals"]):
+                self._error(self._finder.line("answers.rule", "equals", index), "equals must be a finite number")
             if "equals" in values and not values.get("field"):
                 self._error(self._finder.line("answers.rule", "equals", index), "equals needs the field it compares")
             if values.get("echo_id") and values["outcome"] != "accepted":
@@ -282,6 +300,10 @@ class _Compiler:
                 self._error(line, f"this rule can never match: the rule on line {shadow.line} takes every status "
                                   f"it covers first")
             rules.append(rule)
+        if not any(rule.outcome == "accepted" and rule.statuses[0] <= 299 and rule.statuses[1] >= 200
+                   for rule in rules):
+            self._error(self._finder.line("answers.rule"),
+                        "no answers rule accepts a 2xx: every answer would be retried as ambiguous")
         return tuple(rules)
 
     def _statuses(self, status: int | list[Any], line: int) -> tuple[int, int] | None:
@@ -293,8 +315,9 @@ class _Compiler:
         return bounds[0], bounds[1]
 
     def _check_path(self, path: str | None, table: str, name: str) -> None:
-        if path is not None and (not path.startswith("/") or "?" in path or "#" in path or " " in path):
-            self._error(self._finder.line(table, name), f"{name} must start with / and hold no query, got {path!r}")
+        if path is not None and (not path.startswith("/") or not path.isascii() or any(c in path for c in "?# ")):
+            self._error(self._finder.line(table, name),
+                        f"{name} must start with / and hold no query, space or non-ASCII character, got {path!r}")
 
 
 def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -12,6 +13,7 @@ __all__ = ["profile_toml"]
 
 # Compiled fields that are no part of the file: where it came from, and where its rules stood.
 _NOT_WRITTEN = {"line", "hook_dir", "statuses", "equals", "headers"}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def profile_toml(profile: Profile) -> str:
@@ -22,7 +24,10 @@ def profile_toml(profile: Profile) -> str:
     lines += ["", "[request]", *_fields(profile.request)]
     lines.append(f"headers = {{ {', '.join(f'{_key(n)} = {_value(v)}' for n, v in profile.request.headers)} }}"
                  if profile.request.headers else "headers = {}")
-    lines += ["", "[nonce]", *_fields(profile.nonce)]
+    nonce = _fields(profile.nonce)
+    if profile.nonce.style == "none":  # nothing is sent: no place to name
+        nonce = [line for line in nonce if not line.startswith(("param ", "header "))]
+    lines += ["", "[nonce]", *nonce]
     if profile.sign is not None:
         lines += ["", "[sign]", *_fields(profile.sign)]
     lines += ["", "[answers]", f"message = {_value(profile.message_field)}"]
@@ -47,7 +52,8 @@ def _rule(rule: AnswerRule) -> list[str]:
 
 
 def _key(name: str) -> str:
-    return name if name.replace("_", "").replace("-", "").isalnum() else _value(name)
+    """A bare TOML key where it may be one (ASCII letters, digits, ``_`` and ``-``), else a quoted one."""
+    return name if _BARE_KEY.fullmatch(name) else _value(name)
 
 
 def _value(value: object) -> str:
