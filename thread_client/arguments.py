@@ -6,7 +6,14 @@ import argparse
 import math
 from typing import Callable
 
-__all__ = ["bounded"]
+__all__ = ["OneLineParser", "bounded"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Errors as one line on stderr and exit code 2, for the daemon and every sub-command."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def bounded(kind: type[int] | type[float], low: float, high: float, unit: str = "") -> Callable[[str], float]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import defaults
-from .arguments import bounded
+from .arguments import OneLineParser, bounded
 from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
@@ -59,11 +59,6 @@ _SAME_AS_CONFIG = (
 _SUBCOMMANDS = {"submit": submit_main, "status": status_main, "profile": profile_main}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line on stderr, exit code 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _ms(seconds: float) -> float:
     """A default in seconds as the command line shows it, in milliseconds (``1.001`` -> ``1001``)."""
     ms = round(seconds * 1000, 3)
@@ -71,7 +66,7 @@ def _ms(seconds: float) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog=PROG,
         description="Push a stream of requests through several API keys of a rate-limited exchange, "
         "as fast as the limits allow, without tripping them and without losing a request.",

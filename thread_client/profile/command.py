@@ -3,23 +3,18 @@ in, and a profile file checked with every error named ``file:line: what``."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from ..arguments import OneLineParser
 from .reader import ProfileError, builtin_names, load_profile
 from .writer import profile_toml
 
 __all__ = ["profile_main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line on stderr, exit code 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def profile_main(argv: list[str], prog: str) -> int:
-    parser = _Parser(prog=f"{prog} profile", description="The profiles that describe an API to the daemon.")
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog=f"{prog} profile", description="The profiles that describe an API to the daemon.")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
     verbs.add_parser("list", help="the built-in profiles, with what each describes")
     show = verbs.add_parser("show", help="a profile as TOML with every default filled in")
     show.add_argument("profile", metavar="NAME|PATH")
