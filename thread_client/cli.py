@@ -186,6 +186,11 @@ def build_config(argv: list[str] | None = None) -> Config:
         threads_per_key = args.threads_per_key or delivery.threads_per_key
         profile = load_profile(args.profile)
         server_max_429 = args.server_max_429 or profile.penalty.strikes_to_block
+        if server_max_429 - threads_per_key < 1:
+            raise ConfigError(f"a key is blocked at {server_max_429} rate-limit rejections (profile {profile.name}'s "
+                              f"strikes_to_block, or --server-max-429): with {threads_per_key} requests in flight per "
+                              f"key it could be blocked before its first strike is read; give --threads-per-key "
+                              f"{max(1, server_max_429 - 1)} or fewer")
         # A profile whose API blocks keys sooner parks them sooner: the budget stays below its block.
         max_strikes = args.max_strikes or max(1, min(defaults.MAX_STRIKES, server_max_429 - threads_per_key))
         if args.params_in is not None:

@@ -180,8 +180,8 @@ def _try_signing(signer: Signer, profile: str) -> None:
     """Sign made-up parts once at start-up: a hook that fails or returns no text fails here, not on every send."""
     try:
         signature = signer.sign(SignedParts("GET", "/", "a=1", "", "1", "1", "key", "5000"))
-    except Exception as exc:  # the user's hook: whatever it raises is a configuration error
-        raise ConfigError(f"profile {profile}: signing fails: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # the user's hook: whatever it raises is a configuration error (its words may hold the secret)
+        raise ConfigError(f"profile {profile}: signing fails ({type(exc).__name__}) on made-up parts") from exc
     if not isinstance(signature, str) or not signature.isascii():
         raise ConfigError(f"profile {profile}: the signing hook must return ASCII text, got {type(signature).__name__}")
 
@@ -237,9 +237,9 @@ def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.
         for number, row in numbered:
             if len(row) > 3:
                 raise ConfigError(f"{source}:{number}: more than three columns (KEY SECRET ACCOUNT)")
-            if len(row) > 1 and row[1].startswith("#"):
-                raise ConfigError(f"{source}:{number}: a secret may not start with '#' (a comment goes on a line "
-                                  "of its own)")
+            if any(column.startswith("#") for column in row[1:]):
+                raise ConfigError(f"{source}:{number}: a secret or account may not start with '#' (a comment goes "
+                                  "on a line of its own)")
         rows = [row for _, row in numbered]
         keys = [row[0] for row in rows]
         secrets = tuple(Secret(row[1]) if len(row) > 1 else None for row in rows)

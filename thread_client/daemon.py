@@ -109,7 +109,7 @@ class Daemon:
         self.requeuer = Requeuer(self.queues)
         earlier = self._take_up(earlier_sends or {})
         # The host's ban (an exchange's 418): every key waits it out, a repeat lasts longer.
-        self.ban = HostBan(keys.hold_all, max_pause=config.max_retry_after, clock=clock)
+        self.ban = HostBan(keys.hold_all, clock=clock)
         answers = AnswerTable(config.profile)
         self.workers = [
             Worker(

@@ -6,7 +6,7 @@ Times are in seconds (the command line shows some in milliseconds). Each value s
 from __future__ import annotations
 
 __all__ = [
-    "BAN_MEMORY", "BAN_PAUSE", "HTTP_TIMEOUT", "LATE_ANSWER_CAP", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES",
+    "BAN_MEMORY", "BAN_PAUSE", "HTTP_TIMEOUT", "MAX_BAN", "LATE_ANSWER_CAP", "LEASE_TTL", "MAX_BODY_BYTES", "MAX_RETRIES", "MAX_RETRY_AFTER", "MAX_STRIKES",
     "METRICS_INTERVAL", "ORDER_LATENCY", "OUTAGE_AFTER", "QUEUE_SIZE", "RATE", "SERVER_MAX_429", "THREADS_PER_KEY", "TTL", "WINDOW",
 ]
 
@@ -51,3 +51,6 @@ METRICS_INTERVAL = 5.0
 BAN_PAUSE = 60.0
 #: A ban within this long of the last one's end is a repeat: it lasts at least twice the last.
 BAN_MEMORY = 3600.0
+#: The longest host ban waited out (3 days, the longest an exchange documents): only an absurd
+#: Retry-After is cut; a server's real ban is never sent into early.
+MAX_BAN = 3 * 86400.0

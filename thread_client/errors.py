@@ -63,8 +63,13 @@ class ConnectFailed(TransportError):
 
 
 class RequestNotBuilt(TransportError):
-    """Raised when the request could not be built as the profile says (its signing hook failed, a parameter
-    of the user's takes a name the profile sends itself): nothing was sent, and sending it again would not help."""
+    """Raised when the request could not be built as the profile says: nothing was sent. ``refused``: it
+    never can be (a parameter of the user's takes a name the profile sends itself); else the signing hook
+    failed, which a later attempt may get past."""
+
+    def __init__(self, detail: str, refused: bool = False) -> None:
+        super().__init__(detail)
+        self.refused = refused
 
 
 class StaleConnection(TransportError):

@@ -185,10 +185,11 @@ def test_the_command_line_defaults_are_the_configuration_defaults(monkeypatch):
 
 def test_a_comment_after_a_key_is_no_secret(tmp_path):
     path = tmp_path / "keys.txt"
-    path.write_text(f"{KEYS[0]} #prod\n")
-    path.chmod(0o600)
-    with pytest.raises(ConfigError, match=":1: a secret may not start with '#'"):
-        load_keys(str(path))
+    for line in (f"{KEYS[0]} #prod\n", f"{KEYS[0]} secret #prod\n"):
+        path.write_text(line)
+        path.chmod(0o600)
+        with pytest.raises(ConfigError, match=":1: a secret or account may not start with '#'"):
+            load_keys(str(path))
 
 
 def test_a_profile_that_blocks_keys_sooner_parks_them_sooner(tmp_path):
@@ -197,10 +198,16 @@ def test_a_profile_that_blocks_keys_sooner_parks_them_sooner(tmp_path):
     config = build_config(["--profile", str(profile)])
     assert (config.server_max_429, config.max_strikes, config.strike_budget) == (4, 2, 2)
     assert build_config(["--profile", str(profile), "--server-max-429", "10"]).max_strikes == 3
+    profile.write_text("[penalty]\nstrikes_to_block = 2\n")
+    with pytest.raises(SystemExit):
+        build_config(["--profile", str(profile)])
+    assert build_config(["--profile", str(profile), "--threads-per-key", "1"]).max_strikes == 1
 
 
 def test_a_signing_hook_that_fails_stops_the_daemon_at_start(tmp_path):
     (tmp_path / "bad_hook.py").write_text("def sign(secret, parts):\n    raise RuntimeError('no')\n")
     (tmp_path / "p.toml").write_text('[sign]\nhook = "bad_hook:sign"\n')
-    with pytest.raises(ConfigError, match="signing fails: RuntimeError: no"):
-        Config(keys=KEYS[:1], secrets=(Secret("s"),), profile=load_profile(str(tmp_path / "p.toml")))
+    (tmp_path / "bad_hook.py").write_text("def sign(secret, parts):\n    raise RuntimeError('the secret is ' + secret.decode())\n")
+    with pytest.raises(ConfigError, match=r"signing fails \(RuntimeError\)") as raised:
+        Config(keys=KEYS[:1], secrets=(Secret("s3cret"),), profile=load_profile(str(tmp_path / "p.toml")))
+    assert "s3cret" not in str(raised.value)  # a hook's words may hold the secret: only their kind is shown

@@ -74,6 +74,11 @@ BROKEN = [
     ("[[answers.rule]]\nstatus = 400\noutcome = \"rejected\"\n", 1, "no answers rule accepts a 2xx"),
     ("[request]\nkey_param = \"\"\n", 2, "the key goes nowhere"),
     ("[nonce]\nparam = \"\"\n", 2, "the nonce goes nowhere"),
+    ("[sign]\nparam = \"\"\n", 2, "the signature goes nowhere"),
+    ("[request]\nid_param = \"nonce\"\n", 2, "own params must have different names: api_key, nonce, nonce"),
+    ("[request]\nheaders = { \"Accept-é\" = \"x\" }\n", 2, "a name must be an HTTP token"),
+    ("[request]\nheaders = { \"A\" = \"x\\ny\" }\n", 2, "Latin-1 text on one line"),
+    ("[request]\npath = \"/a\\tb\"\n", 2, "must start with /"),
     ("[request]\nfields_in = \"body\"\n", 2, "needs a body"),
     ("[request]\npath = \"/ordér\"\n", 2, "non-ASCII"),
     ("[[answers.rule]]\nstatus = 200\nfield = \"x\"\nequals = nan\noutcome = \"accepted\"\n", 4, "finite"),
@@ -102,7 +107,7 @@ def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
 
 @pytest.mark.parametrize("text", [
     '[nonce]\nstyle = "none"\n',
-    '[request]\nheaders = { "Accept-é" = "x", "X.Dot" = "y" }\n',
+    '[request]\nheaders = { "X.Dot" = "y", "Accept" = "é/x" }\n',
     '[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\nkey_header = "K"\n',
     '[[answers.rule]]\nstatus = [200, 299]\nfield = "ok"\nequals = 1.5\noutcome = "accepted"\n',
 ])
@@ -178,3 +183,11 @@ def test_the_readme_s_profiles_are_profiles():
     assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) == 5
     for block in blocks:
         read_profile(block, "README.md")
+
+
+def test_a_profile_without_rules_reads_the_id_echo_where_it_sends_the_id():
+    table = AnswerTable(read_profile('[request]\nid_param = "clientOrderId"\n', "p.toml"))
+    assert table.classify(200, b'{"status": "OK", "clientOrderId": "7"}', "7").outcome is Outcome.ACCEPTED
+    assert table.classify(200, b'{"status": "OK", "req_id": "7"}', "7").outcome is Outcome.BAD_ANSWER
+    no_id = AnswerTable(read_profile('[request]\nid_param = ""\n', "p.toml"))
+    assert no_id.classify(200, b'{"status": "OK"}', "7").outcome is Outcome.ACCEPTED

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from conftest import ROOT, FakeClock
-from thread_client.io.request_writer import RequestWriter
+from thread_client.io.request_writer import ParameterTaken, RequestWriter
 from thread_client.limits.host_ban import HostBan
 from thread_client.limits.timestamps import ServerClock, ServerTimestamps
 from thread_client.profile import Secret, SignedParts, Signer, Signing, load_profile
@@ -84,7 +84,7 @@ def test_a_user_s_parameter_may_not_take_a_name_the_profile_sends():
     profile = load_profile(str(ROOT / "examples" / "profiles" / "binance-spot-like.toml"))
     writer = RequestWriter("", "KEY", profile.request, profile.nonce, profile.sign, Signer(profile.sign, Secret("s")))
     for name in ("timestamp", "signature", "newClientOrderId", "recvWindow"):
-        with pytest.raises(ValueError, match=f"parameter.s. {name} are names the profile sends itself"):
+        with pytest.raises(ParameterTaken, match=f"parameter.s. {name} are names the profile sends itself"):
             writer.write(1, "x", {name: "mine", "symbol": "LTCBTC"})
     assert writer.write(1, "x", {"nonce": "a user's own"})[1].count("nonce=") == 1  # not this profile's name
 
@@ -162,10 +162,10 @@ def test_a_ban_holds_every_key_an_answer_in_flight_extends_nothing_and_a_repeat_
     assert holds == [5.0, 4.0, 10.0, 60.0, 5.0] and ban.bans == 4
 
 
-@pytest.mark.parametrize("retry_after, pause", [(0.0, 1.0), (1e12, 600.0), (float("inf"), 600.0)])
-def test_a_ban_pause_lies_between_a_second_and_the_longest_pause_asked_for(retry_after, pause):
+@pytest.mark.parametrize("retry_after, pause", [(0.0, 1.0), (7200.0, 7200.0), (1e12, 259200.0), (float("inf"), 259200.0)])
+def test_a_ban_pause_lies_between_a_second_and_three_days(retry_after, pause):
     holds: list[float] = []
-    ban = HostBan(holds.append, max_pause=600, clock=FakeClock())
+    ban = HostBan(holds.append, clock=FakeClock())
     assert ban.banned(retry_after) == pause and holds == [pause]
 
 

@@ -580,12 +580,17 @@ def test_a_timed_out_send_holds_its_slot_until_its_connection_shows_the_server_r
 def test_a_request_that_could_not_be_built_is_refused_with_nothing_sent_and_its_slot_free():
     # A signing hook that fails, or a parameter taking a name the profile sends itself: nothing left, so
     # the request is no ambiguous attempt (and never retried into the same failure).
-    rig = Rig(RequestNotBuilt("the request could not be built: ValueError: parameter(s) nonce ..."))
+    rig = Rig(RequestNotBuilt("parameter(s) nonce are names the profile sends itself", refused=True),
+              RequestNotBuilt("signing failed (RuntimeError)"), ok("r2"))
     request = rig.submit()
     rig.handle_next()
-    rig.assert_clean()
     assert rig.queues.counts().graveyard == 1 and request.ambiguous == 0 and request.attempts == 0
-    assert rig.metrics.snapshot().outcomes == {"rejected": 1}
+    second = rig.submit("r2")
+    rig.handle_next()  # a hook that failed: retried (it may get past it), not buried as the server's refusal
+    rig.handle_next()
+    rig.assert_clean()
+    assert second.ambiguous == 0 and rig.queues.counts().accepted == 1
+    assert rig.metrics.snapshot().outcomes == {"rejected": 1, "internal_error": 1, "accepted": 1}
 
 
 def test_a_ban_answer_holds_the_key_before_its_slot_frees():

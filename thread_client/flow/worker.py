@@ -419,9 +419,9 @@ class Worker(ManagedThread):
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:
-            if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free, the request refused here
+            if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free at once
                 limiter.cancel(permit)
-                return Reading(Outcome.REJECTED, exc.detail), None
+                return Reading(Outcome.REJECTED if exc.refused else Outcome.INTERNAL_ERROR, exc.detail), None
             request.note_attempt(self.key.name, permit.nonce, None, b"")
             if isinstance(exc, ConnectFailed):
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once

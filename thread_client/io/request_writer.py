@@ -8,7 +8,11 @@ from urllib.parse import quote, urlencode
 
 from ..profile import NonceShape, RequestShape, SignedParts, Signer, Signing
 
-__all__ = ["RequestWriter"]
+__all__ = ["ParameterTaken", "RequestWriter"]
+
+
+class ParameterTaken(ValueError):
+    """Raised when a user's parameter takes a name the profile sends itself: this request can never be sent."""
 
 _FORM = "application/x-www-form-urlencoded"
 _JSON = "application/json"
@@ -77,7 +81,7 @@ class RequestWriter:
                 headers[self._nonce_header] = stamp
         if params and not self._reserved.isdisjoint(params):
             taken = ", ".join(sorted(self._reserved.intersection(params)))
-            raise ValueError(f"parameter(s) {taken} are names the profile sends itself")
+            raise ParameterTaken(f"parameter(s) {taken} are names the profile sends itself")
         if self._json:
             fields = self._protocol_fields(stamp, req_id) if self._fields_in_body else {}
             if params:
@@ -98,7 +102,7 @@ class RequestWriter:
                 headers = dict(headers)
             headers["Content-Type"] = self._content_type
         if self._signer is not None:
-            signature = self._signer.sign(SignedParts(
+            signature = self._sign(SignedParts(
                 self.method, self.path, query, body, stamp if self._nonce_param or self._nonce_header else "",
                 stamp if self._stamp_is_time else "", self._key, self._window,
             ))
@@ -108,6 +112,13 @@ class RequestWriter:
                 query = _joined(query, f"{quote(self._signature_param)}={quote(signature)}")
         target = f"{self.path}?{query}" if query else self.path
         return self.method, target, body.encode() if body else None, headers
+
+    def _sign(self, parts: SignedParts) -> str:
+        """The signature, checked to be text a query or a header can carry (a hook's may be anything)."""
+        signature = self._signer.sign(parts)  # type: ignore[union-attr]  # called only with a signer
+        if not isinstance(signature, str) or not signature.isascii() or not signature.isprintable():
+            raise TypeError(f"the signature is not printable ASCII text but a {type(signature).__name__}")
+        return signature
 
     def _protocol_fields(self, stamp: str, req_id: str) -> dict[str, str]:
         fields = {self._key_param: self._key} if self._key_param else {}

@@ -18,7 +18,7 @@ from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterS
 from ..limits.timestamps import ServerClock
 from ..parts import Answer
 from ..profile import Profile, RequestShape, Signer
-from .request_writer import RequestWriter
+from .request_writer import ParameterTaken, RequestWriter
 
 __all__ = [
     "HttpTransport", "base_path", "endpoint_of", "idle_limit", "learn_server_clock", "parse_retry_after", "tls_context",
@@ -111,8 +111,10 @@ class HttpTransport:
         sent, if the request cannot be built (a signing hook failed, a parameter takes a profile's name)."""
         try:
             method, target, body, headers = self._writer.write(nonce, req_id, params)
-        except Exception as exc:  # the user's hook, or the user's parameters: whatever it is, nothing left
-            raise RequestNotBuilt(f"the request could not be built: {type(exc).__name__}: {exc}") from exc
+        except ParameterTaken as exc:
+            raise RequestNotBuilt(str(exc), refused=True) from exc
+        except Exception as exc:  # the user's hook: nothing left. Its words may hold the secret: only its kind
+            raise RequestNotBuilt(f"signing failed ({type(exc).__name__})") from exc
         connection = self._connection
         replaced_stale = connection.sock is not None and (
             self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)

@@ -22,12 +22,13 @@ class HostBan:
     that follows the last one within ``memory`` seconds of its end is a repeat: it lasts at
     least twice the last one, whatever the server names (sending early only lengthens a ban).
     Every pause lies between a second (a ``Retry-After: 0`` would send straight back into the
-    ban) and ``max_pause`` (``--max-retry-after``: a longer ban is probed once per ``max_pause``).
+    ban) and ``max_pause`` (three days, the longest ban exchanges document): a server's own length
+    is never cut short, only an absurd one.
     """
 
     def __init__(
         self, hold_all: Callable[[float], None], *, first_pause: float = defaults.BAN_PAUSE,
-        memory: float = defaults.BAN_MEMORY, max_pause: float = defaults.MAX_RETRY_AFTER, clock: Clock = monotonic,
+        memory: float = defaults.BAN_MEMORY, max_pause: float = defaults.MAX_BAN, clock: Clock = monotonic,
     ) -> None:
         self._hold_all = hold_all
         self._max_pause = max(max_pause, _MIN_PAUSE)

@@ -3,6 +3,7 @@ then compiled into the frozen values of ``model``. Built-in profiles are package
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import math
 import re
@@ -158,6 +159,12 @@ class _Compiler:
         request = self._request(self._table(data, "request"))
         nonce = self._nonce(self._table(data, "nonce"))
         sign = self._sign(self._table(data, "sign"), nonce, request) if "sign" in data else None
+        names = [name for name in (request.key_param, nonce.param if nonce.style != "none" else "",
+                                   nonce.recv_window_param if nonce.recv_window_ms else "", request.id_param,
+                                   sign.param if sign is not None else "") if name]
+        if len(set(names)) != len(names):
+            self._error(self._finder.line("request", "id_param"),
+                        f"the profile's own params must have different names: {', '.join(names)}")
         answers = self._table(data, "answers")
         rules = self._rules(answers.get("rule", []), request)
         penalty = self._table(data, "penalty")
@@ -199,6 +206,12 @@ class _Compiler:
         for name, value in headers.items():
             if not isinstance(value, str):
                 self._error(self._finder.line("request", "headers"), f"header {name!r} must be a string, got {value!r}")
+            elif not _HEADER_NAME.fullmatch(name) or not _header_value_ok(value):
+                self._error(self._finder.line("request", "headers"), f"header {name!r}: a name must be an HTTP token "
+                                                                     "and a value Latin-1 text on one line")
+        for place in ("key_header",):
+            if values.get(place) and not _HEADER_NAME.fullmatch(values[place]):
+                self._error(self._finder.line("request", place), f"{place} must be an HTTP token, got {values[place]!r}")
         key_places = [place for place in ("key_param", "key_header") if values.get(place)]
         if len(key_places) > 1:
             self._error(self._finder.line("request", "key_header"), "give key_param or key_header, not both")
@@ -223,7 +236,12 @@ class _Compiler:
         if not 0 <= window <= 3_600_000:
             self._error(self._finder.line("nonce", "recv_window_ms"), "recv_window_ms must be between 0 and 3600000")
         if window and not (values.get("recv_window_param") or values.get("recv_window_header")):
+            if "recv_window_param" in values:
+                self._error(self._finder.line("nonce", "recv_window_param"), "the receive window goes nowhere")
             values.setdefault("recv_window_param", "recvWindow")
+        for place in ("header", "recv_window_header"):
+            if values.get(place) and not _HEADER_NAME.fullmatch(values[place]):
+                self._error(self._finder.line("nonce", place), f"{place} must be an HTTP token, got {values[place]!r}")
         if values.get("time_path"):
             self._check_path(values["time_path"], "nonce", "time_path")
             if not style.startswith("timestamp"):
@@ -240,6 +258,10 @@ class _Compiler:
             self._error(self._finder.line("sign", "header"), "give the signature's param or header, not both")
         elif values.get("header"):
             values.setdefault("param", "")
+        elif "param" in values and not values["param"]:
+            self._error(self._finder.line("sign", "param"), "the signature goes nowhere: give param or header")
+        if values.get("header") and not _HEADER_NAME.fullmatch(values["header"]):
+            self._error(self._finder.line("sign", "header"), f"header must be an HTTP token, got {values['header']!r}")
         hook = values.get("hook", "")
         if hook:
             try:
@@ -268,8 +290,11 @@ class _Compiler:
         return Signing(**values, hook_dir=self._hook_dir if hook else "")
 
     def _rules(self, raw: list[Any], request: RequestShape) -> tuple[AnswerRule, ...]:
-        if not raw:  # no rules given: the reference's, like every other default
-            return load_profile(DEFAULT_PROFILE).answers if self._source != f"built-in {DEFAULT_PROFILE}" else ()
+        if not raw:  # no rules given: the reference's, like every other default, the id echo read where it is sent
+            if self._source == f"built-in {DEFAULT_PROFILE}":
+                return ()
+            return tuple(dataclasses.replace(rule, echo_id=request.id_param) if rule.echo_id else rule
+                         for rule in load_profile(DEFAULT_PROFILE).answers)
         rules: list[AnswerRule] = []
         for index, entry in enumerate(raw):
             line = self._finder.line("answers.rule", "", index)
@@ -315,9 +340,22 @@ class _Compiler:
         return bounds[0], bounds[1]
 
     def _check_path(self, path: str | None, table: str, name: str) -> None:
-        if path is not None and (not path.startswith("/") or not path.isascii() or any(c in path for c in "?# ")):
+        if path is not None and (not path.startswith("/") or not path.isascii() or not path.isprintable()
+                                 or any(c in path for c in "?# ")):
             self._error(self._finder.line(table, name),
                         f"{name} must start with / and hold no query, space or non-ASCII character, got {path!r}")
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_value_ok(value: str) -> bool:
+    """Whether ``value`` can be sent as a header value: Latin-1, on one line."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return "\r" not in value and "\n" not in value
 
 
 def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
