@@ -83,18 +83,10 @@ class HttpTransport:
         profile = profile or Profile("reference", "the contract")
         self._writer = RequestWriter(base_path(url, profile.request.path), api_key, profile.request, profile.nonce,
                                      profile.sign, signer)
-        parts = urlsplit(url)
         self.endpoint = endpoint_of(url, profile.request.path)
         # A timestamp API: every answer's Date teaches the estimate of the server's clock.
         self._server_clock = server_clock
-        host, port = parts.hostname or "127.0.0.1", parts.port
-        if parts.scheme == "https":
-            context = ssl_context or tls_context()
-            self._connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port or 443, timeout=timeout, context=context
-            )
-        else:
-            self._connection = http.client.HTTPConnection(host, port or 80, timeout=timeout)
+        self._connection = _connection_to(url, timeout, ssl_context)
         # How long the kept connection may sit idle before it is replaced, from the server's own
         # Keep-Alive announcement (read on each connection's first answer); and since when it has.
         self._idle_limit = math.inf
@@ -181,6 +173,15 @@ class HttpTransport:
         self._connection.close()
 
 
+def _connection_to(url: str, timeout: float, ssl_context: ssl.SSLContext | None) -> http.client.HTTPConnection:
+    """An unopened connection to ``url``'s host: HTTPS verified against ``ssl_context`` (or the system store)."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(host, port or 443, timeout=timeout, context=ssl_context or tls_context())
+    return http.client.HTTPConnection(host, port or 80, timeout=timeout)
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     """True if an idle keep-alive socket has been closed (or reset) by the server: it reads as ready
     although no answer is due. Never blocks."""
@@ -232,13 +233,7 @@ def learn_server_clock(
     """Ask the profile's time endpoint (``GET time_path``, whose JSON ``time_field`` is the server's clock in
     ms) once, and teach ``server_clock`` what it says. Raises OSError or ValueError if it cannot be read."""
     path, field = profile.nonce.time_path, profile.nonce.time_field
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port
-    if parts.scheme == "https":
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            host, port or 443, timeout=timeout, context=ssl_context or tls_context())
-    else:
-        connection = http.client.HTTPConnection(host, port or 80, timeout=timeout)
+    connection = _connection_to(url, timeout, ssl_context)
     try:
         sent = server_clock.wall_ms()
         connection.request("GET", f"{base_path(url, profile.request.path)}{path}")

@@ -117,8 +117,13 @@ class Signer:
         return f"<Signer {'hook' if self._hook else self._digest().name}>"
 
     def sign(self, parts: SignedParts) -> str:
+        """The signature of ``parts``. Raises TypeError if a hook gives anything but printable ASCII text
+        (what a query or a header can carry), and whatever the hook raises."""
         if self._hook is not None:
-            return self._hook(self._secret, parts)
+            signature = self._hook(self._secret, parts)
+            if not isinstance(signature, str) or not signature.isascii() or not signature.isprintable():
+                raise TypeError(f"the signing hook gave a {type(signature).__name__}, not printable ASCII text")
+            return signature
         message = self._message.format(
             method=parts.method, path=parts.path, query=parts.query, body=parts.body, nonce=parts.nonce,
             timestamp=parts.timestamp, key=parts.key, recv_window=parts.recv_window,
