@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test test-unit bench bench-cluster demo-cluster chaos soak profile diagrams
+.PHONY: help setup run-server stop-server run-client run test test-unit bench bench-cluster demo-cluster chaos campaign soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -69,6 +69,13 @@ bench: setup  ## thirteen rows (saturate, exercise, tls, conn-per-request, exact
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30
+
+SEEDS ?= 20
+FIRST ?= 1
+SECONDS ?= 40
+SEED ?=
+campaign: setup  ## the fault campaign: SEEDS seeds from FIRST (or one SEED), each a setting and a fault timeline drawn from the seed, SECONDS long, judged by the exchange's ledger; fails on any broken promise
+	$(PY) -m tools.campaign --seconds $(SECONDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST))
 
 BENCH_CLUSTER_SECONDS ?= 60
 bench-cluster: setup  ## Valkey + 3 daemons sharing 15 keys: steady accepted/s against the ceiling, time from a SIGKILL to full speed, Valkey CPU and commands per request

@@ -13,6 +13,12 @@ client's profiles are tested against them): the key in a header, a JSON body, a
 millisecond timestamp checked against a receive window and the server's own
 clock (which may be set off), per-key secrets and an HMAC-SHA256 signature, and
 a ban of every key (418) after repeated 429s. ``Modes`` holds them.
+
+The ledger (``--ledger PATH``, off by default) writes one JSON line per request on a key, with its
+key, nonce, id, the instant it was stamped and the verdict, flushed to the kernel as each request
+ends: the history the fault campaign judges the client by. A server restarted on the same ledger
+reads it back first, so it remembers each key's last nonce, ring and strikes as a real exchange
+would across a restart.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Modes", "main"]
+__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Ledger", "Modes", "main"]
 
 DEFAULT_KEYS = (
     "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
@@ -140,6 +146,54 @@ class Modes:
     ban_after: int | None = None
     ban_s: float = 10.0
 
+#: Verdicts of a request that passed the rate limit: each spent a slot of its key's ring.
+SLOT_VERDICTS = frozenset({"accepted", "lost_answer", "invalid_nonce", "bad_timestamp", "fail", "garbage", "drop",
+                           "stall"})
+#: Verdicts under which the exchange took the request: its nonce is spent, its id counted.
+ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer"})
+
+
+class Ledger:
+    """Every request on a key as one JSON line, appended and flushed to the kernel as the request ends,
+    so the history outlives a SIGKILL of the server; ``seq`` is the order the lines were written in.
+
+    A line: ``seq``, ``boot`` (which start of the server), ``key``, ``nonce`` (as sent), ``id`` (the
+    ``req_id``), ``stamp_ms`` (the server's clock when the rate limit was applied, or null), ``accept``
+    (the order of acceptance, for accepted requests), ``verdict`` and ``status`` (the HTTP status
+    sent, null when the connection was closed without an answer).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.entries = self._read(self.path)
+        self.boot = 1 + max((entry.get("boot", 0) for entry in self.entries), default=0)
+        self._seq = max((entry["seq"] for entry in self.entries), default=0)
+        # Guards _seq and the file: lines are whole and numbered in the order they are written.
+        self._lock = threading.Lock()
+        self._file = self.path.open("a", encoding="utf-8", buffering=1)
+
+    @staticmethod
+    def _read(path: Path) -> list[dict]:
+        """The lines of an earlier run; a torn last line (the server was killed mid-write) is skipped."""
+        if not path.exists():
+            return []
+        entries = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+        return entries
+
+    def write(self, entry: dict) -> None:
+        with self._lock:
+            self._seq += 1
+            self._file.write(json.dumps({"seq": self._seq, "boot": self.boot, **entry}) + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
 
 class ExchangeState:
     """All mutable server state behind one lock, so every count is exact under concurrency."""
@@ -154,6 +208,7 @@ class ExchangeState:
         *,
         ban_after: int | None = None,
         ban_s: float = 10.0,
+        ledger: Ledger | None = None,
     ) -> None:
         self._rate = rate
         self._max_429 = max_429
@@ -178,6 +233,37 @@ class ExchangeState:
         self._ban_s = ban_s
         self._bans = 0
         self._banned_answers = 0
+        self._accepts = 0
+        self.ledger = ledger
+        if ledger is not None:
+            self._restore(ledger.entries)
+
+    def _restore(self, entries: list[dict]) -> None:
+        """Take up where an earlier run on the same ledger ended: each key's last nonce, its ring (the latest
+        stamps that spent a slot), its strikes and block, and how often each id was accepted."""
+        stamps: dict[str, list[int]] = collections.defaultdict(list)
+        for entry in entries:
+            state = self._keys.get(entry.get("key"))
+            if state is None:
+                continue
+            verdict = entry.get("verdict")
+            if verdict in SLOT_VERDICTS and entry.get("stamp_ms") is not None:
+                stamps[entry["key"]].append(entry["stamp_ms"])
+            if verdict == "rate_limited":
+                state.rate_limited += 1
+            if verdict in ACCEPTED_VERDICTS:
+                state.accepted += 1
+                nonce = _int_or_none(entry.get("nonce"))
+                if nonce is not None and (state.last_nonce is None or nonce > state.last_nonce):
+                    state.last_nonce = nonce
+                self._accepts = max(self._accepts, entry.get("accept") or 0)
+                self._count_accepted(entry.get("id"))
+        for key, state in self._keys.items():
+            state.is_blocked = state.is_blocked or state.rate_limited >= self._max_429
+            latest = sorted(stamps[key])[-self._rate:]
+            for stamp in latest:
+                state.ring[state.index] = stamp
+                state.index = (state.index + 1) % self._rate
 
     def is_known(self, key: str | None) -> bool:
         return key in self._keys
@@ -220,12 +306,15 @@ class ExchangeState:
             self._ban_s *= 2
             self._bans += 1
 
-    def accept_timestamp(self, key: str, req_id: str | None) -> None:
-        """A timestamp inside the window takes the nonce rule's place: accept (and count ``req_id``)."""
+    def accept_timestamp(self, key: str, req_id: str | None) -> int:
+        """A timestamp inside the window takes the nonce rule's place: accept (and count ``req_id``); returns
+        the order of acceptance (1, 2, ... over the server's life)."""
         with self._lock:
             state = self._keys[key]
             state.accepted += 1
             self._count_accepted(req_id)
+            self._accepts += 1
+            return self._accepts
 
     def _count_accepted(self, req_id: str | None) -> None:
         """Called with the lock held."""
@@ -233,38 +322,38 @@ class ExchangeState:
         self._accepted_ids[req_id or ""] = seen + 1
         self._duplicate_accepts += seen > 0
 
-    def admit(self, key: str) -> str | None:
-        """Steps 3 and 4 of the contract as one atomic step: the error message, or None if a slot was spent."""
+    def admit(self, key: str) -> tuple[str | None, int | None]:
+        """Steps 3 and 4 of the contract as one atomic step: the error message, or None if a slot was spent;
+        and the instant (server ms) the ring was looked at, None for a blocked key."""
         with self._lock:
             state = self._keys[key]
             if state.is_blocked or state.rate_limited >= self._max_429:
                 state.is_blocked = True
                 state.blocked += 1
-                return MSG_BLOCKED
+                return MSG_BLOCKED, None
             now = self._clock_ms()
             if now - state.ring[state.index] > WINDOW_MS:
                 state.ring[state.index] = now
                 state.index = (state.index + 1) % self._rate
-                return None
+                return None, now
             state.rate_limited += 1
             self._count_429()
-            return MSG_RATE_LIMITED
+            return MSG_RATE_LIMITED, now
 
-    def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> bool:
-        """Step 5: accept the nonce if it is an integer above the key's last one (and count ``req_id``)."""
-        try:
-            nonce = int(raw_nonce) if raw_nonce is not None else None
-        except ValueError:
-            nonce = None
+    def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> int | None:
+        """Step 5: accept the nonce if it is an integer above the key's last one (and count ``req_id``);
+        returns the order of acceptance (1, 2, ... over the server's life), or None for an invalid nonce."""
+        nonce = _int_or_none(raw_nonce)
         with self._lock:
             state = self._keys[key]
             if nonce is None or (state.last_nonce is not None and nonce <= state.last_nonce):
                 state.invalid_nonce += 1
-                return False
+                return None
             state.last_nonce = nonce
             state.accepted += 1
             self._count_accepted(req_id)
-            return True
+            self._accepts += 1
+            return self._accepts
 
     def accepted_ids(self) -> dict[str, int]:
         """Every accepted req_id with how many times it was accepted."""
@@ -302,6 +391,13 @@ class ExchangeState:
             "totals": totals,
             "keys": keys,
         }
+
+
+def _int_or_none(raw: object) -> int | None:
+    try:
+        return int(raw) if raw is not None else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
 
 
 def error_body(message: str) -> dict:
@@ -383,61 +479,85 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         server = self.server
         state = server.state
         modes = server.modes
+        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
+        # What the ledger says of this request; the branches below fill it in as they decide.
+        entry: dict = {"key": key, "nonce": params.get("nonce"), "id": params.get("req_id"), "stamp_ms": None,
+                       "accept": None, "verdict": None, "status": None}
+        try:
+            self._decide(params, body, query, key, entry)
+        finally:
+            if state.ledger is not None and entry["verdict"] is not None:
+                state.ledger.write(entry)
+
+    def _decide(self, params: dict[str, str], body: str, query: str, key: str | None, entry: dict) -> None:
+        """The contract's steps for one request; ``entry`` is told the verdict and the status sent."""
+        server = self.server
+        state = server.state
+        modes = server.modes
+
+        def answer(verdict: str, status: int | None, payload: dict | None = None, **kwargs) -> None:
+            entry.update(verdict=verdict, status=status)
+            if status is not None:
+                self._answer(status, payload, **kwargs)
+
         if modes.ban_after is not None:
             left = state.ban_left()
             if left > 0:
-                self._answer(418, error_body(MSG_BANNED), headers={"Retry-After": str(math.ceil(left))})
+                answer("banned", 418, error_body(MSG_BANNED), headers={"Retry-After": str(math.ceil(left))})
                 return
-        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
         if key in server.forbidden_keys:
             server.sleep_latency()
-            self._answer(403, None, raw=b"<html><body><h1>403 Forbidden</h1></body></html>")
+            answer("forbidden", 403, None, raw=b"<html><body><h1>403 Forbidden</h1></body></html>")
             return
         if server.draw() < server.proxy_429_rate:
             # A proxy in front of the exchange refusing on its own: the exchange never sees the request.
             state.count_fault("proxy_429")
-            self._answer(429, None, raw=b"<html><body><h1>429 Too Many Requests</h1></body></html>")
+            answer("proxy_429", 429, None, raw=b"<html><body><h1>429 Too Many Requests</h1></body></html>")
             return
         if not state.is_known(key):
             state.count_invalid_key()
             server.sleep_latency()
-            self._answer(401, error_body(MSG_INVALID_KEY))
+            answer("invalid_key", 401, error_body(MSG_INVALID_KEY))
             return
         if modes.sign is not None and not self._signed(key, params, body, query):
             state.count_refusal(signature=True)
             server.sleep_latency()
-            self._answer(401, error_body(MSG_BAD_SIGNATURE))
+            answer("bad_signature", 401, error_body(MSG_BAD_SIGNATURE))
             return
         server.sleep_latency()
-        refusal = state.admit(key)
+        refusal, entry["stamp_ms"] = state.admit(key)
         if refusal is not None:
             server.sleep_latency()
-            self._answer(429, error_body(refusal))
+            answer("blocked" if refusal == MSG_BLOCKED else "rate_limited", 429, error_body(refusal))
             return
         fault = server.faults.pick(server.draw())
         if fault is not None:
             state.count_fault(fault)
-            self._answer_fault(fault)
+            entry["verdict"] = fault
+            entry["status"] = self._answer_fault(fault)
             return
         if modes.timestamp_ms:
             if not self._timestamp_in_window(params):
                 state.count_refusal(signature=False)
                 server.sleep_latency()
-                self._answer(400, error_body(MSG_BAD_TIMESTAMP))
+                answer("bad_timestamp", 400, error_body(MSG_BAD_TIMESTAMP))
                 return
-            state.accept_timestamp(key, params.get("req_id"))
-        elif not state.check_nonce(key, params.get("nonce"), params.get("req_id")):
-            server.sleep_latency()
-            self._answer(400, error_body(MSG_INVALID_NONCE))
-            return
+            entry["accept"] = state.accept_timestamp(key, params.get("req_id"))
+        else:
+            entry["accept"] = state.check_nonce(key, params.get("nonce"), params.get("req_id"))
+            if entry["accept"] is None:
+                server.sleep_latency()
+                answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE))
+                return
         if server.draw() < server.lost_answer_rate:
             # Accepted, nonce spent, and the answer lost: the client cannot know, unless it asks again.
             state.count_fault("lost_answer")
+            entry["verdict"] = "lost_answer"
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         server.sleep_latency()
-        self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
+        answer("accepted", 200, {"status": "OK", "req_id": params.get("req_id")})
 
     def _field(self, params: dict[str, str], name: str, header: str) -> str | None:
         return params.get(name) if name in params else self.headers.get(header)
@@ -467,21 +587,24 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         expected = hmac.new(secret, message.encode("latin-1"), hashlib.sha256).hexdigest()
         return hmac.compare_digest(expected.encode(), signature.lower().encode("utf-8", "replace"))
 
-    def _answer_fault(self, fault: str) -> None:
+    def _answer_fault(self, fault: str) -> int | None:
+        """Answer as ``fault`` says; the status sent, None when the connection was closed without one."""
         if fault == "drop":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
-        elif fault == "garbage":
+            return None
+        if fault == "garbage":
             self._answer(200, None, raw=b"<html>upstream hiccup</html>")
-        else:
-            if fault == "stall":
-                time.sleep(STALL_S)
-            # A server that names a pause says "come back later": 503 with Retry-After; else a plain 500.
-            retry_after = self.server.retry_after
-            if retry_after is not None:
-                self._answer(503, error_body(f"unavailable ({fault})"), headers={"Retry-After": f"{retry_after:g}"})
-            else:
-                self._answer(500, error_body(f"internal error ({fault})"))
+            return 200
+        if fault == "stall":
+            time.sleep(STALL_S)
+        # A server that names a pause says "come back later": 503 with Retry-After; else a plain 500.
+        retry_after = self.server.retry_after
+        if retry_after is not None:
+            self._answer(503, error_body(f"unavailable ({fault})"), headers={"Retry-After": f"{retry_after:g}"})
+            return 503
+        self._answer(500, error_body(f"internal error ({fault})"))
+        return 500
 
     def _answer(
         self, status: int, payload: dict | None, raw: bytes = b"", close: bool = False, headers: dict[str, str] | None = None
@@ -616,6 +739,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="probability that a proxy in front answers an HTML 429 on its own (default 0)")
     parser.add_argument("--lost-answer-rate", type=float, default=0.0,
                         help="probability of accepting a request (nonce spent) and then closing without an answer (default 0)")
+    parser.add_argument("--ledger", metavar="PATH",
+                        help="append every request on a key to this JSON-lines file (key, nonce, id, stamp, verdict, "
+                        "status); a server restarted on the same file first reads back each key's last nonce, ring "
+                        "and strikes from it (default off)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     modes = parser.add_argument_group("emulating other APIs (off by default: the contract as written)")
     modes.add_argument("--key-header", metavar="NAME", help="read the key from this header instead of api_key")
@@ -681,8 +808,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        ledger = Ledger(args.ledger) if args.ledger else None
+    except OSError as exc:
+        print(f"original_server.py: error: cannot use --ledger {args.ledger}: {exc.strerror}", file=sys.stderr)
+        return 2
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked, ban_after=args.ban_after,
-                          ban_s=args.ban_seconds)
+                          ban_s=args.ban_seconds, ledger=ledger)
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
@@ -726,6 +858,8 @@ def main(argv: list[str] | None = None) -> int:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
+    if ledger is not None:
+        ledger.close()
     print("exchange server stopped", flush=True)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import statistics
@@ -288,3 +289,52 @@ def test_the_latency_distribution_keeps_its_mean_and_only_the_exponential_has_a_
     assert all(abs(delay - round(delay)) < 1e-6 for delay in delays)  # whole milliseconds, as the contract says
     beyond = sum(delay > 100 for delay in delays)
     assert beyond == 0 if dist == "uniform" else beyond > 200  # e^-2 of the draws lie past twice the mean
+
+
+def read_ledger(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_ledger_holds_every_request_with_its_verdict_and_survives_a_kill(start_server, tmp_path):
+    """One line per request on a key, in order; a server killed and started again on the same ledger still
+    refuses a spent nonce, keeps its ring full and its strikes, as a real exchange does across a restart."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "0", "--seed", "1", "--max-429", "3", "--ledger", str(ledger))
+    with requests.Session() as session:
+        codes = [call(server, session, api_key=KEY, nonce=n, req_id=f"r{n}")[0] for n in range(1, 21)]
+        codes.append(call(server, session, api_key=KEY, nonce=21, req_id="r21")[0])
+        codes.append(call(server, session, api_key=KEYS[1], nonce=5, req_id="s5")[0])
+        codes.append(call(server, session, api_key=KEYS[1], nonce=5, req_id="s5-again")[0])
+        codes.append(call(server, session, api_key="nope", nonce=1, req_id="x")[0])
+    assert codes == [200] * 20 + [429, 200, 400, 401]
+    lines = read_ledger(ledger)
+    assert [line["seq"] for line in lines] == list(range(1, 25))
+    assert [line["verdict"] for line in lines] == ["accepted"] * 20 + ["rate_limited", "accepted", "invalid_nonce",
+                                                                       "invalid_key"]
+    assert [line["status"] for line in lines] == codes
+    assert [line["accept"] for line in lines[:20]] == list(range(1, 21))
+    assert lines[21] == {"seq": 22, "boot": 1, "key": KEYS[1], "nonce": "5", "id": "s5",
+                         "stamp_ms": lines[21]["stamp_ms"], "accept": 21, "verdict": "accepted", "status": 200}
+    assert all(isinstance(line["stamp_ms"], int) for line in lines[:23]) and lines[23]["stamp_ms"] is None
+
+    server.stop(signal.SIGKILL)
+    server.start()
+    with requests.Session() as session:
+        # The first key's ring is still full of the stamps before the kill: one more strike, then two.
+        assert call(server, session, api_key=KEY, nonce=22, req_id="r22")[1]["error_msg"] == MSG_RATE_LIMITED
+        assert call(server, session, api_key=KEYS[1], nonce=5, req_id="s5-after")[1]["error_msg"] == MSG_INVALID_NONCE
+        assert call(server, session, api_key=KEYS[1], nonce=6, req_id="s5")[0] == 200
+        assert call(server, session, api_key=KEY, nonce=23, req_id="r23")[1]["error_msg"] == MSG_RATE_LIMITED
+        assert call(server, session, api_key=KEY, nonce=24, req_id="r24")[1]["error_msg"] == MSG_BLOCKED
+    stats = server.stats()
+    assert stats["keys"][KEY]["rate_limited"] == 3 and stats["keys"][KEY]["is_blocked"]
+    assert stats["totals"]["duplicate_accepts"] == 1  # "s5" accepted before the kill and after it
+    after = read_ledger(ledger)[24:]
+    assert {line["boot"] for line in after} == {2} and [line["seq"] for line in after] == list(range(25, 30))
+
+
+def test_an_unwritable_ledger_is_one_line_and_exit_2(tmp_path):
+    result = subprocess.run([sys.executable, SERVER, "--port", "0", "--ledger", str(tmp_path / "no" / "such.jsonl")],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "cannot use --ledger" in result.stderr

@@ -1,0 +1,99 @@
+"""The fault campaign's own parts: a seed draws the same setting and timeline every time, and the checker
+finds each kind of broken promise in a history made by hand (a checker that cannot fail proves nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tools.campaign.checker import check, collect
+from tools.campaign.nemesis import FAULTS, draw_timeline
+from tools.campaign.setting import ODD_LINES, draw_setting, input_lines
+from tools.campaign.system import System
+
+KEY = "UT4NHL1J796WCHULA1750MXYF9F5JYA6"
+
+
+def test_a_seed_draws_the_same_setting_timeline_and_input_every_time():
+    for seed in range(50):
+        setting = draw_setting(seed, 20)
+        assert setting == draw_setting(seed, 20)
+        assert draw_timeline(setting) == draw_timeline(draw_setting(seed, 20))
+        assert input_lines(setting) == input_lines(draw_setting(seed, 20))
+
+
+def test_the_seeds_cover_every_topology_delivery_source_and_fault_kind():
+    settings = [draw_setting(seed, 20) for seed in range(200)]
+    assert {(s.topology, s.source) for s in settings} == {
+        ("single", "file"), ("single", "pipe"), ("single", "generate"), ("cluster", "stream")}
+    assert {s.delivery for s in settings} == {"at-least-once", "exactly-once"}
+    assert {fault.kind for s in settings for fault in draw_timeline(s)} == set(FAULTS)
+    for setting in settings:
+        for fault in draw_timeline(setting):
+            assert setting.topology in FAULTS[fault.kind].topologies
+            assert (fault.target != "") == FAULTS[fault.kind].per_member
+            assert 0 < fault.at <= setting.seconds * 0.7
+
+
+def test_odd_lines_land_among_the_requests():
+    setting = dataclasses.replace(draw_setting(3, 20), source="file", odd_lines=len(ODD_LINES), requests=40)
+    lines = input_lines(setting)
+    assert len(lines) == 40 + len(ODD_LINES) and set(ODD_LINES) <= set(lines)
+
+
+@pytest.fixture
+def history_of(tmp_path):
+    """A history made by hand: three requests c-1..c-3 from a file, the records and ledger lines given."""
+    def make(records: list[dict], ledger: list[dict], delivery: str = "exactly-once", healed: bool = True):
+        setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file",
+                                      results="file", delivery=delivery, requests=3, odd_lines=0, tls=False)
+        system = System(setting, tmp_path, lambda line: None)
+        system.results_file.write_text("".join(json.dumps(record) + "\n" for record in records))
+        system.ledger_file.write_text("".join(json.dumps({"seq": n, "boot": 1, **entry}) + "\n"
+                                              for n, entry in enumerate(ledger, 1)))
+        return check(collect(system, healed, []))
+
+    return make
+
+
+def record(n: int, outcome: str = "accepted", ambiguous: int = 0) -> dict:
+    return {"id": f"c-{n}", "where": f"line {n}", "outcome": outcome, "ambiguous_attempts": ambiguous,
+            "resumed_after_crash": False}
+
+
+def accept(n: int, nonce: int, order: int, key: str = KEY) -> dict:
+    return {"key": key, "nonce": str(nonce), "id": f"c-{n}", "stamp_ms": 1, "accept": order, "verdict": "accepted",
+            "status": 200}
+
+
+def kinds(violations) -> set[str]:
+    return {violation.kind for violation in violations}
+
+
+def test_a_clean_history_breaks_nothing(history_of):
+    assert history_of([record(1), record(2), record(3)], [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3)]) == []
+
+
+def test_each_broken_promise_is_found(history_of):
+    clean = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3)]
+    assert kinds(history_of([record(1), record(2)], clean)) == {"missing_record"}
+    assert kinds(history_of([record(1), record(2), record(3), record(3)], clean)) == {"duplicate_record"}
+    assert kinds(history_of([record(1), record(2), record(3)], clean + [accept(3, 13, 4)])) == {"accepted_twice"}
+    assert kinds(history_of([record(1), record(2), record(3)], clean[:2])) == {"accepted_not_at_exchange"}
+    assert kinds(history_of([record(1), record(2), record(3, "retries_exhausted")], clean)) == {"refused_but_accepted"}
+    strike = {"key": KEY, "nonce": "14", "id": "c-3", "stamp_ms": 1, "accept": None, "verdict": "rate_limited",
+              "status": 429}
+    assert kinds(history_of([record(1), record(2), record(3)], clean + [strike])) == {"strike"}
+    swapped = [accept(1, 10, 1), accept(2, 9, 2), accept(3, 12, 3)]
+    assert kinds(history_of([record(1), record(2), record(3)], swapped)) == {"nonce_order"}
+    assert kinds(history_of([record(1), record(2), record(3)], clean, healed=False)) == {"not_live"}
+
+
+def test_at_least_once_may_accept_twice_only_where_the_record_says_so(history_of):
+    twice = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3), accept(3, 13, 4)]
+    marked = [record(1), record(2), record(3, ambiguous=1)]
+    assert history_of(marked, twice, delivery="at-least-once") == []
+    assert kinds(history_of([record(1), record(2), record(3)], twice, delivery="at-least-once")) == {
+        "double_accept_unmarked"}

@@ -1,0 +1,243 @@
+"""The judge: what the system promised, checked against what was observed, above all the exchange's own
+ledger (which, unlike the daemon's records, never de-duplicates).
+
+``check(history)`` returns the violations; each names its kind, a sentence, and the ids or runs involved.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from thread_client.config import DEFAULT_KEYS
+
+from .runs import DaemonRun, Record
+
+if TYPE_CHECKING:
+    from .system import System
+
+__all__ = ["History", "Violation", "check", "check_bad_command_line", "collect"]
+
+#: Outcomes a record ends with that say the exchange did not take the request.
+REFUSED = frozenset({"rejected", "retries_exhausted", "invalid_input", "key_blocked", "shutdown"})
+#: Exit codes ``--help`` documents; a run the nemesis did not kill ends with one of them.
+DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4})
+#: A run stopped this soon after its start may not have set up its signal handlers yet: it dies of the signal.
+START_UP_S = 3.0
+#: At most this many ids are named in one violation.
+SHOWN_IDS = 10
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+    ids: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "detail": self.detail, "ids": list(self.ids[:SHOWN_IDS]), "count": len(self.ids)}
+
+
+@dataclass
+class History:
+    """Everything observed of one seed: the input, the daemons' runs and records, the exchange's ledger."""
+
+    system: "System"
+    healed: bool
+    nemesis_errors: list[str]
+    records: list[Record] = field(default_factory=list)
+    torn_records: int = 0
+    ledger: list[dict] = field(default_factory=list)
+
+
+def collect(system: "System", healed: bool, nemesis_errors: list[str]) -> History:
+    history = History(system, healed, nemesis_errors)
+    history.records, history.torn_records = system.outputs.records()
+    if system.ledger_file.exists():
+        for raw in system.ledger_file.read_text(errors="replace").splitlines():
+            try:
+                history.ledger.append(json.loads(raw))
+            except ValueError:
+                continue
+    return history
+
+
+def check(history: History) -> list[Violation]:
+    """Every promise the README makes, judged on ``history``."""
+    violations: list[Violation] = []
+    for error in history.nemesis_errors:
+        violations.append(Violation("harness", error))
+    if not history.healed:
+        violations.append(Violation("not_live", "after every fault had ended, the work did not finish in time"))
+    violations += _check_runs(history)
+    violations += _check_ledger(history)
+    if history.system.setting.source != "generate":
+        violations += _check_records(history)
+    return violations
+
+
+def _lost_to_kills(history: History) -> set[int]:
+    """Lines a pipe run took out of its pipe and then was killed (SIGKILL): nothing can record those."""
+    lost = set()
+    for run in history.system.runs:
+        if run.stopped_by == signal.SIGKILL:
+            lost.update(run.consumed)
+    return lost
+
+
+def _check_records(history: History) -> list[Violation]:
+    system = history.system
+    violations = []
+    per_line = collections.Counter(record.line for record in history.records if record.line is not None)
+    lost = _lost_to_kills(history)
+    missing = [index for index in range(len(system.lines)) if per_line[index] == 0 and index not in lost]
+    twice = [index for index, count in per_line.items() if count > 1]
+    name = _line_name(system)
+    if missing:
+        violations.append(Violation("missing_record", f"{len(missing)} input lines have no final record",
+                                    tuple(name(index) for index in missing)))
+    if twice:
+        violations.append(Violation("duplicate_record", f"{len(twice)} input lines have more than one final record",
+                                    tuple(name(index) for index in twice)))
+    strays = [record for record in history.records if record.line is None]
+    if strays:
+        violations.append(Violation("stray_record", f"{len(strays)} records name no line of the input",
+                                    tuple(str(record.fields.get("id")) for record in strays)))
+    if history.torn_records:
+        violations.append(Violation("torn_record", f"{history.torn_records} lines of the results are not JSON"))
+    for run in system.runs:
+        if run.partial_line and run.stopped_by != signal.SIGKILL:
+            violations.append(Violation("pipe_partial_line", f"run {run.number} took part of a line out of its pipe"
+                                        " and ended without it"))
+    return violations
+
+
+def _line_name(system: "System") -> Callable[[int], str]:
+    ids = {index: line_id for line_id, index in system.outputs.line_ids().items()}
+    return lambda index: ids.get(index, f"line {index + 1}")
+
+
+def _check_ledger(history: History) -> list[Violation]:
+    setting = history.system.setting
+    violations = []
+    strikes = [entry for entry in history.ledger if entry.get("verdict") == "rate_limited"]
+    blocked = [entry for entry in history.ledger if entry.get("verdict") == "blocked"]
+    if strikes:
+        violations.append(Violation("strike", f"{len(strikes)} rate-limit rejections at the exchange",
+                                    tuple(str(entry.get("id")) for entry in strikes)))
+    if blocked:
+        violations.append(Violation("key_blocked", f"{len(blocked)} requests met a blocked key"))
+    accepted = sorted((entry for entry in history.ledger if entry.get("accept") is not None),
+                      key=lambda entry: (entry.get("boot", 0), entry["accept"]))
+    last: dict[str, int] = {}
+    out_of_order = []
+    for entry in accepted:
+        nonce = int(entry["nonce"])
+        if entry["key"] in last and nonce <= last[entry["key"]]:
+            out_of_order.append(str(entry.get("id")))
+        last[entry["key"]] = nonce
+    if out_of_order:
+        violations.append(Violation("nonce_order", "the exchange accepted a nonce not above the key's last",
+                                    tuple(out_of_order)))
+    if setting.source == "generate":
+        return violations
+    times = collections.Counter(str(entry.get("id")) for entry in accepted)
+    records = _final_records_by_id(history)
+    if setting.delivery == "exactly-once":
+        twice = [line_id for line_id, count in times.items() if count > 1]
+        if twice:
+            violations.append(Violation("accepted_twice", f"exactly-once: {len(twice)} ids accepted more than once "
+                                        "at the exchange", tuple(twice)))
+    else:
+        unmarked = [line_id for line_id, count in times.items() if count > 1 and not _marked(records.get(line_id))]
+        if unmarked:
+            violations.append(Violation("double_accept_unmarked", f"{len(unmarked)} ids accepted more than once with "
+                                        "no record saying it may have been", tuple(unmarked)))
+    denied = [line_id for line_id, record in records.items() if record["outcome"] == "accepted" and not times[line_id]]
+    if denied:
+        violations.append(Violation("accepted_not_at_exchange", f"{len(denied)} records say accepted, the exchange "
+                                    "never accepted them", tuple(denied)))
+    refused = [line_id for line_id, record in records.items()
+               if record["outcome"] in REFUSED and times[line_id]
+               and (setting.delivery == "exactly-once" or not _marked(record))]
+    if refused:
+        violations.append(Violation("refused_but_accepted", f"{len(refused)} records say the request was not taken; "
+                                    "the exchange accepted it", tuple(refused)))
+    return violations
+
+
+def _final_records_by_id(history: History) -> dict[str, dict]:
+    records: dict[str, dict] = {}
+    for record in history.records:
+        line_id = record.fields.get("id")
+        if isinstance(line_id, str) and line_id:
+            records[line_id] = record.fields
+    return records
+
+
+def _marked(record: dict | None) -> bool:
+    """A record that warns its request may have been taken more than once."""
+    return record is not None and (record.get("ambiguous_attempts", 0) > 0 or bool(record.get("resumed_after_crash")))
+
+
+def _check_runs(history: History) -> list[Violation]:
+    violations = []
+    runs = history.system.runs
+    for run in runs:
+        text = run.log.read_text(errors="replace") if run.log.exists() else ""
+        if run.stdout_records.exists():
+            text += run.stdout_records.read_text(errors="replace")
+        if "Traceback" in text:
+            violations.append(Violation("traceback", f"run {run.number} ({run.member}) logged a traceback: "
+                                        f"see {run.log}"))
+        if any(key in text for key in DEFAULT_KEYS):
+            violations.append(Violation("secret_shown", f"run {run.number} ({run.member}) printed a key whole"))
+        violations += _check_exit(run, runs)
+        summary = run.summary()
+        if summary is not None:
+            if not summary.get("identity_holds", False):
+                violations.append(Violation("identity", f"run {run.number} ({run.member}): the accounting identity "
+                                            "does not hold"))
+            if summary.get("threads_died") or summary.get("threads_alive"):
+                violations.append(Violation("threads", f"run {run.number} ({run.member}): threads died "
+                                            f"{summary.get('threads_died')} or outlived the stop "
+                                            f"{summary.get('threads_alive')}"))
+    return violations
+
+
+def _check_exit(run: DaemonRun, runs: list[DaemonRun]) -> list[Violation]:
+    if run.stopped_by == signal.SIGKILL:
+        return []
+    if run.exit_code is None:
+        return [Violation("exit", f"run {run.number} ({run.member}) never ended")]
+    if run.exit_code == 0:
+        return []
+    if (run.stopped_by is not None and run.exit_code == -run.stopped_by and run.summary() is None
+            and run.ended is not None and run.ended - run.started < START_UP_S):
+        return []  # stopped while Python was still starting, before the daemon could catch the signal
+    earlier = [other for other in runs if other.member == run.member and other.number < run.number]
+    if run.exit_code == 2 and earlier and earlier[-1].stopped_by == signal.SIGKILL:
+        return []  # a member started again while its killed self still holds its name: refused, as documented
+    if run.exit_code in DOCUMENTED_EXITS and run.stopped_by is None and run.exit_code != 1:
+        return [Violation("exit", f"run {run.number} ({run.member}) exited {run.exit_code} with nothing stopping it: "
+                          f"see {run.log}")]
+    return [Violation("exit", f"run {run.number} ({run.member}) exited {run.exit_code}"
+                      f"{f' after signal {run.stopped_by}' if run.stopped_by else ''}: see {run.log}")]
+
+
+def check_bad_command_line(flags: list[str], result: subprocess.CompletedProcess) -> list[Violation]:
+    """A refused command line is one line on stderr and exit 2; a value the daemon took is no failure, a
+    traceback or a hang always is."""
+    shown = f"{flags!r:.120}"
+    output = f"{result.stdout}{result.stderr}"
+    if "Traceback" in output:
+        return [Violation("bad_command_line", f"{shown} ended in a traceback")]
+    if result.returncode == -1:
+        return [Violation("bad_command_line", f"{shown} neither refused nor stopped within 20 s")]
+    if result.returncode == 2 and result.stderr.strip().count("\n") != 0:
+        return [Violation("bad_command_line", f"{shown} was refused in {result.stderr.count(chr(10))} lines")]
+    return []

@@ -1,0 +1,61 @@
+"""Play one seed: draw its setting and timeline, run the system through the faults, heal, and judge."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .checker import Violation, check, check_bad_command_line, collect
+from .nemesis import Fault, draw_timeline, play_timeline
+from .setting import Setting, draw_bad_command_line, draw_setting
+from .system import System, refuse_bad_command_line
+
+__all__ = ["SeedResult", "play_seed"]
+
+
+@dataclass
+class SeedResult:
+    setting: Setting
+    timeline: list[Fault]
+    violations: list[Violation]
+    seconds: float
+    runs: int
+
+    def report(self) -> str:
+        """The seed, its setting and timeline and what was violated, as one JSON document."""
+        return json.dumps({
+            "seed": self.setting.seed, "setting": asdict(self.setting),
+            "timeline": [asdict(fault) for fault in self.timeline],
+            "violations": [violation.as_dict() for violation in self.violations],
+        }, indent=1, sort_keys=True)
+
+
+def heal_bound(setting: Setting) -> float:
+    """How long the work may take to finish once every fault has ended: a minute, and the input at 20/s."""
+    return 60 + setting.requests / 20
+
+
+def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path | None = None) -> SeedResult:
+    """Run ``seed`` for ``seconds`` of faults and heal; its files are kept under ``keep`` if given."""
+    setting = draw_setting(seed, seconds)
+    timeline = draw_timeline(setting)
+    log(f"seed {seed}: {setting.to_json()}")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"campaign-{seed}-") as tmp:
+        folder = Path(tmp) if keep is None else keep / f"seed-{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        with System(setting, folder, log) as system:
+            system.start_all()
+            errors = play_timeline(system, timeline, started, log)
+            healed = system.heal(heal_bound(setting))
+            history = collect(system, healed, errors)
+        violations = check(history)
+        runs = len(system.runs)
+        bad = draw_bad_command_line(seed)
+        log(f"  a bad command line: {bad!r:.120}")
+        violations += check_bad_command_line(bad, refuse_bad_command_line(bad, folder))
+    return SeedResult(setting, timeline, violations, time.monotonic() - started, runs)

@@ -1,0 +1,375 @@
+"""The system one seed runs: the reference server with its ledger behind a TCP proxy, Valkey for a cluster,
+and the daemons, each run of which is recorded; the verbs the nemesis calls, and the healing at the end."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Callable
+
+from ..harness.processes import free_port, stop_process
+from ..harness.server_process import REPO_ROOT, ServerProcess
+from ..harness.tcp_proxy import TcpProxy
+from ..harness.tls import tls_setup
+from ..harness.valkey_process import ValkeyProcess
+from .runs import DaemonRun, Outputs
+from .setting import Setting, input_lines
+
+__all__ = ["System", "refuse_bad_command_line"]
+
+STREAM = "work"
+GROUP = "members"
+#: How long a daemon asked to stop (SIGTERM, SIGINT) may take before it is killed: its drain, and more.
+STOP_TIMEOUT_S = 60.0
+
+
+class _Pipe:
+    """The daemon's standard input: the lines written by a thread, a second read end kept to count (FIONREAD)
+    what the daemon has not taken out when it ends."""
+
+    def __init__(self, data: bytes) -> None:
+        self.read_end, self._write_end = os.pipe()
+        self._probe = os.dup(self.read_end)
+        os.set_blocking(self._write_end, False)
+        self._data = data
+        self.written = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._feed, name="pipe-feeder", daemon=True)
+
+    def start(self) -> None:
+        os.close(self.read_end)  # the daemon holds its own copy now
+        self._thread.start()
+
+    def _feed(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._write_end, selectors.EVENT_WRITE)
+            while self.written < len(self._data) and not self._stop.is_set():
+                if not selector.select(timeout=0.2):
+                    continue
+                try:
+                    self.written += os.write(self._write_end, self._data[self.written:self.written + 65536])
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+        if not self._stop.is_set():
+            os.close(self._write_end)  # the end of the input
+            self._write_end = -1
+
+    def finish(self) -> int:
+        """Stop feeding; the bytes the daemon took out of the pipe."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        unread = int.from_bytes(fcntl.ioctl(self._probe, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+        os.close(self._probe)
+        if self._write_end >= 0:
+            os.close(self._write_end)
+        return self.written - unread
+
+
+class System:
+    """Everything one seed runs, as a context manager that stops every process it started, by pid."""
+
+    def __init__(self, setting: Setting, folder: Path, log: Callable[[str], None]) -> None:
+        self.setting = setting
+        self.folder = folder
+        self.log = log
+        self.lines = input_lines(setting)
+        self.input_file = folder / "input.jsonl"
+        self.input_file.write_bytes(b"".join(line + b"\n" for line in self.lines))
+        self.ledger_file = folder / "ledger.jsonl"
+        self.results_file = folder / "results.jsonl"
+        self.runs: list[DaemonRun] = []
+        self.outputs = Outputs(setting, self.lines, self.runs, self.results_file, self.stream_records)
+        self._tls = tls_setup(folder) if setting.tls else None
+        self._server_args = [
+            "--ledger", str(self.ledger_file), "--max-latency-ms", str(setting.max_latency_ms),
+            "--fail-rate", str(setting.fail_rate), "--drop-rate", str(setting.drop_rate), "--seed", str(setting.seed),
+            *(["--idle-timeout", str(setting.idle_timeout)] if setting.idle_timeout else []),
+            *(self._tls.server_args if self._tls else ()),
+        ]
+        self.exchange = ServerProcess(*self._server_args, ssl_context=self._tls.context if self._tls else None)
+        self.proxy: TcpProxy | None = None
+        self.store: ValkeyProcess | None = None
+        self._store_proxies: dict[str, TcpProxy] = {}
+        self._members = [f"m{n}" for n in range(1, setting.members + 1)]
+        # Guards _processes, _pipes and runs: the nemesis's threads and the healing start and stop daemons.
+        self._lock = threading.Lock()
+        self._processes: dict[str, tuple[subprocess.Popen, DaemonRun]] = {}
+        self._pipes: dict[str, _Pipe] = {}
+        self._started = time.monotonic()
+
+    # -- the parts -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> "System":
+        self.exchange.start()
+        self.proxy = TcpProxy(self.exchange.port).start()
+        if self.setting.topology == "cluster":
+            (self.folder / "valkey").mkdir()
+            self.store = ValkeyProcess(data_dir=self.folder / "valkey").start()
+            for member in self._members:
+                self._store_proxies[member] = TcpProxy(self.store.port).start()
+            self._submit()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        for member in self._members:
+            self.stop_daemon(member, signal.SIGKILL)
+        for proxy in (self.proxy, *self._store_proxies.values()):
+            if proxy is not None:
+                proxy.close()
+        self.exchange.stop()
+        if self.store is not None:
+            self.store.stop()
+
+    @property
+    def exchange_url(self) -> str:
+        assert self.proxy is not None
+        return f"{self.exchange.scheme}://127.0.0.1:{self.proxy.port}"
+
+    def store_url(self, member: str | None = None) -> str:
+        assert self.store is not None
+        port = self._store_proxies[member].port if member else self.store.port
+        return f"redis://127.0.0.1:{port}/0?stream={STREAM}&group={GROUP}"
+
+    def _submit(self) -> None:
+        """The seed's input into the work stream, through ``thread-client submit`` as a user would."""
+        subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", self.store_url(), str(self.input_file)],
+                       check=True, capture_output=True, cwd=REPO_ROOT, timeout=120)
+
+    # -- the daemons ---------------------------------------------------------------------------------
+
+    def start_all(self) -> None:
+        for member in self._members:
+            self.start_daemon(member)
+
+    def _remaining(self) -> list[int]:
+        """The lines of the seed's input a next run must still be given (file with stdout results, pipe)."""
+        done = self.outputs.recorded_lines()
+        return [index for index in range(len(self.lines)) if index not in done]
+
+    def start_daemon(self, member: str) -> DaemonRun | None:
+        """Start a run of ``member`` (nothing if one is running, or a single daemon has nothing left to do)."""
+        with self._lock:
+            if member in self._processes and self._processes[member][0].poll() is None:
+                return None
+            run = DaemonRun(member, len(self.runs) + 1, self.folder / f"run-{len(self.runs) + 1}-{member}", [])
+            run.folder.mkdir()
+            args, pipe = self._daemon_args(run)
+            if args is None:
+                return None
+            run.command = [sys.executable, "-m", "thread_client", *args]
+            log = run.log.open("ab")
+            stdout = run.stdout_records.open("wb") if self._records_on_stdout() else log
+            process = subprocess.Popen(run.command, cwd=REPO_ROOT, stdout=stdout, stderr=log,
+                                       stdin=pipe.read_end if pipe else subprocess.DEVNULL)
+            log.close()
+            if stdout is not log:
+                stdout.close()
+            if pipe is not None:
+                pipe.start()
+                self._pipes[member] = pipe
+            self.runs.append(run)
+            self._processes[member] = (process, run)
+            return run
+
+    def _records_on_stdout(self) -> bool:
+        return self.setting.topology == "single" and self.setting.results == "stdout"
+
+    def _daemon_args(self, run: DaemonRun) -> tuple[list[str] | None, _Pipe | None]:
+        setting = self.setting
+        args = ["--url", self.exchange_url, "--state-dir", str(self.folder / f"state-{run.member}"),
+                "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
+                "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
+        if setting.delivery == "at-least-once":
+            args += ["--threads-per-key", str(setting.threads_per_key)]
+        if self._tls:
+            args += list(self._tls.client_args)
+        if setting.topology == "cluster":
+            return args + ["--source", self.store_url(run.member), "--member", run.member], None
+        results = "-" if self._records_on_stdout() else str(self.results_file)
+        if setting.source == "generate":
+            left = setting.seconds - (time.monotonic() - self._started)
+            if left < 1:
+                return None, None
+            return args + ["--source", "generate", "--load", "exercise", "--duration", f"{left:.1f}",
+                           "--results", str(run.folder / "generated.jsonl")], None
+        if setting.source == "file" and results != "-":
+            run.lines = list(range(len(self.lines)))
+            return args + ["--source", str(self.input_file), "--results", results], None
+        run.lines = self._remaining()
+        if not run.lines:
+            return None, None
+        data = b"".join(self.lines[index] + b"\n" for index in run.lines)
+        if setting.source == "file":
+            path = run.folder / "input.jsonl"
+            path.write_bytes(data)
+            return args + ["--source", str(path), "--results", results], None
+        return args + ["--source", "-", "--results", results], _Pipe(data)
+
+    def stop_daemon(self, member: str, sig: int) -> None:
+        """Send ``sig`` to ``member``'s running process and wait for it to end (killed past STOP_TIMEOUT_S)."""
+        with self._lock:
+            process, run = self._processes.get(member, (None, None))
+        if process is None or run is None or process.poll() is not None:
+            return
+        run.stopped_by = sig
+        stop_process(process, sig, STOP_TIMEOUT_S)
+        self.reap(member)
+
+    def pause_daemon(self, member: str, seconds: float) -> None:
+        with self._lock:
+            process, _ = self._processes.get(member, (None, None))
+        if process is None or process.poll() is not None:
+            time.sleep(seconds)
+            return
+        process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+    def reap(self, member: str) -> DaemonRun | None:
+        """Note the end of ``member``'s run if it has ended (its exit code, what it took from a pipe)."""
+        with self._lock:
+            process, run = self._processes.get(member, (None, None))
+            if process is None or run is None or process.poll() is None:
+                return None
+            del self._processes[member]
+            run.exit_code = process.returncode
+            run.ended = time.monotonic()
+            pipe = self._pipes.pop(member, None)
+        if pipe is not None:
+            taken = pipe.finish()
+            offset = 0
+            for index in run.lines:
+                offset += len(self.lines[index]) + 1
+                if offset > taken:
+                    run.partial_line = offset - len(self.lines[index]) - 1 < taken
+                    break
+                run.consumed.append(index)
+        return run
+
+    def running(self, member: str) -> bool:
+        with self._lock:
+            process, _ = self._processes.get(member, (None, None))
+        return process is not None and process.poll() is None
+
+    # -- the exchange and the store ------------------------------------------------------------------
+
+    def restart_exchange(self, sig: int, down_for: float, extra: tuple[str, ...] = ()) -> None:
+        self.exchange.stop(sig)
+        time.sleep(down_for)
+        self.exchange.args = [*self._server_args, *extra]
+        self.exchange.start()
+
+    def exchange_unavailable(self, seconds: float) -> None:
+        """Most answers 503 with a Retry-After for ``seconds`` (a restart into that mode and back)."""
+        retry_after = max(1, round(seconds / 3))
+        self.restart_exchange(signal.SIGTERM, 0, ("--fail-rate", "0.6", "--retry-after", str(retry_after)))
+        try:
+            time.sleep(seconds)
+        finally:
+            self.restart_exchange(signal.SIGTERM, 0)
+
+    def restart_store(self, sig: int, down_for: float) -> None:
+        assert self.store is not None
+        self.store.stop(sig)
+        time.sleep(down_for)
+        self.store.start()
+
+    def kill_store_clients(self) -> None:
+        assert self.store is not None
+        with self.store.client() as client:
+            client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+
+    def store_out_of_memory(self, seconds: float) -> None:
+        """The store refuses every write for ``seconds`` (its memory limit set below what it holds)."""
+        assert self.store is not None
+        self.store.limit_memory(1)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.store.limit_memory(0)
+
+    def cut_member_from_store(self, member: str, seconds: float) -> None:
+        proxy = self._store_proxies[member]
+        proxy.cut()
+        try:
+            time.sleep(seconds)
+        finally:
+            proxy.restore()
+
+    # -- healing -------------------------------------------------------------------------------------
+
+    def heal(self, bound: float) -> bool:
+        """Every fault has ended: let the daemons finish the work (rerunning a single daemon while lines lack
+        a record, restarting dead members), within ``bound`` seconds. Whether it finished in time."""
+        deadline = time.monotonic() + bound
+        if self.setting.topology == "cluster":
+            return self._heal_cluster(deadline)
+        member = self._members[0]
+        for _ in range(4):
+            while self.running(member) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if self.running(member):
+                self.stop_daemon(member, signal.SIGTERM)
+                return False
+            self.reap(member)
+            if self.setting.source == "generate" or not self._remaining() and self._last_run_clean():
+                return True
+            if self.start_daemon(member) is None:
+                return True
+        return False
+
+    def _last_run_clean(self) -> bool:
+        return bool(self.runs) and self.runs[-1].exit_code == 0
+
+    def _heal_cluster(self, deadline: float) -> bool:
+        assert self.store is not None
+        done = False
+        while time.monotonic() < deadline and not done:
+            for member in self._members:
+                self.reap(member)
+                if not self.running(member):
+                    self.start_daemon(member)
+            time.sleep(1.0)
+            try:
+                with self.store.client() as client:
+                    finished = len({fields["id"] for _, fields in client.xrange(f"{STREAM}:results")})
+                    pending = client.xpending(STREAM, GROUP)["pending"]
+            except Exception:  # noqa: BLE001 - the store coming back is part of healing
+                continue
+            done = finished >= self.setting.requests and pending == 0
+        for member in self._members:
+            self.stop_daemon(member, signal.SIGTERM)
+        return done
+
+    def stream_records(self) -> list[dict]:
+        """The final records in the results stream (a cluster), in stream order."""
+        assert self.store is not None
+        with self.store.client() as client:
+            return [json.loads(fields["record"]) for _, fields in client.xrange(f"{STREAM}:results")]
+
+
+def refuse_bad_command_line(flags: list[str], folder: Path) -> subprocess.CompletedProcess:
+    """The daemon started with ``flags`` last, against a port nothing listens on, stopped after 20 s if a
+    value turned out usable."""
+    command = [sys.executable, "-m", "thread_client", "--url", f"http://127.0.0.1:{free_port()}", "--duration", "3",
+               "--outage-after", "1", "--state-dir", str(folder / "state-bad"), "--summary-json",
+               str(folder / "bad-summary.json"), "--graveyard", str(folder / "bad-graveyard.jsonl"), *flags]
+    try:
+        return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=20,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as expired:
+        return subprocess.CompletedProcess(command, -1, str(expired.stdout or ""), str(expired.stderr or ""))
