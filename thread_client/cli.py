@@ -26,8 +26,8 @@ from .cluster.store_watch import StoreWatch
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
-from .errors import ConfigError, ThreadClientError
-from .exits import EXIT_HELP
+from .errors import ConfigError, StateNotWritten, ThreadClientError
+from .exits import EXIT_HELP, OUTPUT_FAILED, exit_code_for
 from .io.graveyard import Graveyard
 from .io.results import Results
 from .io.resume import ResumePoint, SendJournal
@@ -41,6 +41,7 @@ from .policy.retry import RetryPolicy
 from .profile import DEFAULT_PROFILE, ProfileError, Signer, load_profile
 from .profile.model import PARAMS_IN
 from .profile.command import profile_main
+from .resumability import Resumability
 
 __all__ = ["build_config", "build_daemon", "main"]
 
@@ -65,6 +66,13 @@ def _ms(seconds: float) -> float:
     return int(ms) if ms.is_integer() else ms
 
 
+def _path(text: str) -> str:
+    """An argparse ``type`` for a file or folder: an empty one would name the current folder, or nothing."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=PROG,
@@ -79,11 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--url", default=DEFAULT_URL,
         help="the API: its base (http[s]://HOST[:PORT][/PREFIX]) or the full endpoint (base and the profile's path) "
         "(default %(default)s)")
-    add("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+    add("--profile", type=_path, default=DEFAULT_PROFILE, metavar="NAME|PATH",
         help="the API's profile: how a request is built, signed and read (TOML); a built-in name or a file "
         f"('{PROG} profile list') (default %(default)s)")
-    add("--ca-file", metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
-    add("--keys-file", metavar="PATH",
+    add("--ca-file", type=_path, metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
+    add("--keys-file", type=_path, metavar="PATH",
         help="file with one API key per line, 'KEY [SECRET [ACCOUNT]]' ('#' comments allowed); a file with "
         "secrets must not be readable by group or others")
     add("--rate", type=bounded(int, 1, 10_000), default=defaults.RATE,
@@ -113,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--server-max-429", type=bounded(int, 1, 1_000_000), metavar="N",
         help="rate-limit rejections after which the server blocks a key for good (default: the profile's "
         "[penalty] strikes_to_block)")
-    add("--state-dir", metavar="PATH",
+    add("--state-dir", type=_path, metavar="PATH",
         help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
         "or ~/.local/state/thread_client)")
     add("--outage-after", type=bounded(float, 0.1, 3600, "s"), default=defaults.OUTAGE_AFTER, metavar="SECONDS",
@@ -129,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
         "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
         "and a lost answer is asked again with the same nonce until the exchange's answer settles it "
         "(default %(default)s)")
-    add("--source", default="generate", metavar="generate|PATH|-|redis://...",
+    add("--source", type=_path, default="generate", metavar="generate|PATH|-|redis://...",
         help="where requests come from: generate (the synthetic --load), a JSON-lines file of "
         '{"id": "...", "params": {...}} objects, - for standard input, or a work stream shared by several '
         "daemons, redis://HOST:PORT/DB?stream=NAME&group=NAME (default %(default)s)")
@@ -152,18 +160,18 @@ def _parser() -> argparse.ArgumentParser:
     add("--metrics-port", type=bounded(int, 0, 65_535), metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
     add("--log-level", choices=LOG_LEVELS, default="INFO", help="default %(default)s; DEBUG logs every request")
-    add("--log-file", metavar="PATH", help="also log to this file, rotated by size")
+    add("--log-file", type=_path, metavar="PATH", help="also log to this file, rotated by size")
     add("--log-max-bytes", type=bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
         help="rotate the log file at this size (default %(default)s)")
     add("--log-backups", type=bounded(int, 0, 1000), default=3, help="rotated log files kept (default %(default)s)")
-    add("--graveyard", default="graveyard.jsonl", metavar="PATH",
+    add("--graveyard", type=_path, default="graveyard.jsonl", metavar="PATH",
         help="JSON-lines file of requests that were never accepted (default %(default)s)")
-    add("--results", metavar="PATH",
+    add("--results", type=_path, metavar="PATH",
         help="JSON-lines file with exactly one final record per request; - for standard output (then logs go "
         "to stderr). Default: results.jsonl next to --graveyard for a --source file or pipe, none for generate")
     add("--max-body-bytes", type=bounded(int, 0, 1_048_576), default=defaults.MAX_BODY_BYTES,
         help="keep at most this much of the exchange's answer in a result record (default %(default)s)")
-    add("--summary-json", metavar="PATH", help="write the final summary here as JSON")
+    add("--summary-json", type=_path, metavar="PATH", help="write the final summary here as JSON")
     return p
 
 
@@ -176,11 +184,16 @@ def build_config(argv: list[str] | None = None) -> Config:
         if args.results is None and args.source != "generate" and not from_stream:
             args.results = str(Path(args.graveyard).with_name("results.jsonl"))
         results_file = None if args.results == "-" or is_store_url(args.results) else args.results
-        for flag, path in (("--graveyard", args.graveyard), ("--summary-json", args.summary_json),
-                           ("--log-file", args.log_file), ("--results", results_file)):
+        source_file = None if args.source in ("generate", "-") or from_stream else args.source
+        outputs = {"--graveyard": args.graveyard, "--results": results_file, "--summary-json": args.summary_json,
+                   "--log-file": args.log_file}
+        for flag, path in outputs.items():
             _check_writable(flag, path)
-        if args.source not in ("generate", "-") and not from_stream and not os.access(args.source, os.R_OK):
-            raise ConfigError(f"--source {args.source}: cannot read it")
+        _check_distinct({"--source": source_file, **outputs})
+        for flag, path in (("--source", source_file), ("--ca-file", args.ca_file)):
+            _check_readable(flag, path)
+        if args.state_dir is not None:
+            _check_folder("--state-dir", args.state_dir)
         keys = load_keys(args.keys_file)
         delivery = Delivery.named(args.delivery)
         threads_per_key = args.threads_per_key or delivery.threads_per_key
@@ -234,6 +247,44 @@ def _check_writable(flag: str, path: str | None) -> None:
         raise ConfigError(f"{flag} {path}: permission denied")
 
 
+def _check_readable(flag: str, path: str | None) -> None:
+    """Refuse, before anything starts, an input file that could not be read. A file's first byte is
+    read (a pipe's is not: it would be taken from the input)."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise ConfigError(f"{flag} {path} is a directory")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{flag} {path}: cannot read it")
+    if Path(path).is_file():
+        try:
+            with open(path, "rb") as file:
+                file.read(1)
+        except OSError as exc:
+            raise ConfigError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from exc
+
+
+def _check_folder(flag: str, path: str) -> None:
+    """Refuse a folder that could not be made, or written in: a file stands at it or above it."""
+    existing = next(folder for folder in (Path(path), *Path(path).parents) if folder.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {path} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: permission denied")
+
+
+def _check_distinct(paths: dict[str, str | None]) -> None:
+    """Refuse two flags naming one file: two outputs would interleave their lines, and an output would
+    write into the input. A device (``/dev/null``) may be named twice."""
+    named: dict[str, str] = {}
+    for flag, path in paths.items():
+        if path is None or (Path(path).exists() and not Path(path).is_file()):
+            continue
+        other = named.setdefault(os.path.realpath(path), flag)
+        if other != flag:
+            raise ConfigError(f"{flag} {path} is also {other}")
+
+
 def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     """The daemon with today's parts: the synthetic load, the graveyard file, this process's own
     keys, one ``http.client`` connection per worker (HTTPS verified against the system store or
@@ -253,7 +304,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         keys: KeyPool = LeasedKeyPool(
             work.address, config.keys, config.member, rate=config.rate, window=config.window,
             order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
-            unanswered_hold=config.http_timeout, lease_ttl=config.lease_ttl, clock=clock,
+            unanswered_hold=config.http_timeout, strike_budget=config.strike_budget, state_dir=config.state_dir,
+            lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
         keys = HostKeyPool.open(
@@ -264,8 +316,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
     # exactly-once, the last send of each key is settled first with its journaled nonce.
-    resumable = config.source != "generate" and not config.from_stream and config.results not in (None, "-")
-    resume = ResumePoint(config.results, config.state_dir, settle_earlier=delivery.settles_ambiguous) if resumable else None
+    resumability = Resumability.of(config.source, config.results)
+    resumes_from = resumability.results_file
+    resume = ResumePoint(resumes_from, config.state_dir, delivery=delivery) if resumes_from else None
     results: ResultSink | None = None
     journal: Journal | None = None
     if work is not None:
@@ -274,11 +327,11 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # One watch over what this member writes (records, journal lines): while they wait, no new work is taken.
         writes = StoreWatch(f"results of work stream {work.stream}")
         source: RequestSource = StreamSource(work, config.member, held, writes, lease_ttl=config.lease_ttl,
-                                             exactly_once=delivery.settles_ambiguous)
-        results = StreamResults(work, config.member, held, writes, journaled=delivery.settles_ambiguous,
+                                             delivery=delivery, sending=lambda: bool(keys.held()))
+        results = StreamResults(work, config.member, held, writes, delivery=delivery,
                                 max_body_bytes=config.max_body_bytes)
         # Right before each send: is the entry still this member's (exactly-once: and its send written down)?
-        journal = StreamJournal(work, config.member, held, writes, exactly_once=delivery.settles_ambiguous)
+        journal = StreamJournal(work, config.member, held, writes, delivery=delivery)
     else:
         if config.source == "generate":
             source = SyntheticSource(config.load)
@@ -287,9 +340,9 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # Exactly-once: a send's journal line is on the disk before it leaves, and a request's final
         # record before its key's next send, so a restart after a power loss still knows what to settle.
         if config.results:
-            results = Results(config.results, max_body_bytes=config.max_body_bytes, durable=delivery.durable_outputs)
-        if resumable:
-            journal = SendJournal(config.results, durable=delivery.durable_outputs, settled=delivery.settles_ambiguous)
+            results = Results(config.results, max_body_bytes=config.max_body_bytes, delivery=delivery)
+        if resumes_from:
+            journal = SendJournal(resumes_from, delivery=delivery)
     return Daemon(
         config,
         source=source,
@@ -297,13 +350,12 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         results=results,
         journal=journal,
         earlier_sends=resume.unsettled if resume is not None else None,
-        # A resumable file, or a work stream (its entries stay pending until their records are written).
-        keep_unsent=resumable or config.from_stream,
+        resumability=resumability,
         keys=keys,
         transports=lambda key: HttpTransport(
             config.url, key.secret, config.http_timeout, ssl_context=context, profile=profile,
             signer=Signer(profile.sign, config.secret_of(key.secret)) if profile.sign is not None else None,  # type: ignore[arg-type]
-            server_clock=server_clock,
+            server_clock=server_clock, may_send=key.may_send,
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes, strike_budget=config.strike_budget),
@@ -359,11 +411,19 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
+    except StateNotWritten as exc:  # a full or failing state dir: the output failure it is at run time too
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exit_code_for(OUTPUT_FAILED)
     except ThreadClientError as exc:  # a bad setting, or a key another process on this host holds
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     summary = daemon.run()
     print(summary.text(), flush=True, file=sys.stderr if config.results == "-" else sys.stdout)
     if config.summary_json:
-        summary.write_json(config.summary_json)
+        try:
+            summary.write_json(config.summary_json)
+        except OSError as exc:
+            print(f"{PROG}: error: --summary-json {config.summary_json}: {exc.strerror or exc} (the summary is above)",
+                  file=sys.stderr)
+            return summary.exit_code or exit_code_for(OUTPUT_FAILED)
     return summary.exit_code

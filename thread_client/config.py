@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,8 @@ DEFAULT_KEYS = (
 )
 DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: What ``http.client`` refuses in a host or a path: a space, a control character.
+_NOT_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,7 @@ class Config:
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
-        url = urlsplit(self.url)
-        try:
-            port = url.port
-        except ValueError as exc:
-            raise ConfigError(f"--url {self.url!r} has an invalid port") from exc
-        if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
-            raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {self.url!r}")
-        if port == 0:
-            raise ConfigError(f"--url {self.url!r} has an invalid port")
+        self._check_url()
         if not self.keys:
             raise ConfigError("no API keys")
         if len(set(self.keys)) != len(self.keys):
@@ -119,6 +114,10 @@ class Config:
                                   "or give --results redis://...?stream=NAME")
         elif is_store_url(self.results):
             raise ConfigError("--results redis://... needs a redis:// --source (each record acknowledges its entry)")
+        elif self.delivery.settles_ambiguous and self.source != "generate" and self.results in (None, "-"):
+            # Without it a crash leaves sends no rerun can settle: it would send them again.
+            raise ConfigError(f"--delivery {self.delivery} journals each send beside the results file: give "
+                              "--results PATH")
         self._check_profile()
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
@@ -126,6 +125,23 @@ class Config:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
+
+    def _check_url(self) -> None:
+        """``http[s]://HOST[:PORT][/PATH]`` and nothing else: a URL the HTTP client would refuse (a space,
+        a control character) or that carries what it would drop (user info, a query) fails here."""
+        try:
+            url = urlsplit(self.url)
+        except ValueError as exc:  # an unclosed [ or a bracketed host that is no IP address
+            raise ConfigError(f"--url {self.url!r} is no URL: {exc}") from exc
+        try:
+            port = url.port
+        except ValueError as exc:
+            raise ConfigError(f"--url {self.url!r} has an invalid port") from exc
+        if (url.scheme not in ("http", "https") or not url.hostname or "@" in url.netloc or url.query or url.fragment
+                or _NOT_IN_URLS.search(self.url)):
+            raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {self.url!r}")
+        if port == 0:
+            raise ConfigError(f"--url {self.url!r} has an invalid port")
 
     def _check_profile(self) -> None:
         """What the profile asks of the keys and the delivery promise."""

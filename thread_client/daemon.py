@@ -26,6 +26,8 @@ from .limits.host_ban import HostBan
 from .limits.keys import ApiKey
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
 from .request import FinalOutcome, Request
+from .resumability import NOT_RESUMABLE, Resumability
+from .selectable_event import SelectableEvent
 from .observe.metrics import Metrics
 from .observe.prometheus import MetricsServer
 from .observe.report import MetricsReporter, QueueMonitor
@@ -54,9 +56,9 @@ class Daemon:
     It is given its parts: where requests come from (``source``), where buried
     requests go (``graveyard``) and every final record (``results``), the journal
     of sends a restart reads (``journal``), the sends an earlier run left unanswered, by
-    masked key name, for exactly-once to settle first (``earlier_sends``), whether a stop leaves
-    requests taken in but unsent to the next run instead of burying them (``keep_unsent``: the
-    source gives them again), the keys it drives (``keys``), how a
+    masked key name, for exactly-once to settle first (``earlier_sends``), what a next run can take
+    up (``resumability``: whether a stop leaves requests taken in but unsent to it instead of
+    recording them), the keys it drives (``keys``), how a
     worker reaches the exchange (``transports``) and the retry ``policy``. The command
     line builds today's defaults; a test or another deployment passes others.
 
@@ -74,7 +76,7 @@ class Daemon:
         results: ResultSink | None = None,
         journal: Journal | None = None,
         earlier_sends: Mapping[str, EarlierSend] | None = None,
-        keep_unsent: bool = False,
+        resumability: Resumability = NOT_RESUMABLE,
         transports: TransportFactory,
         policy: RetryPolicy,
         clock: Clock = monotonic,
@@ -84,7 +86,7 @@ class Daemon:
         self._clock = clock
         self.stop_latch = StopLatch()
         # The stages of the shutdown that wait on an event rather than on a queue, set in dependency order.
-        self._stop_producer = threading.Event()  # its source watches it
+        self._stop_producer = SelectableEvent()  # its source watches it, or polls it beside a pipe
         self._stop_workers = threading.Event()  # a worker of a key leased elsewhere waits on it
         self._stop_reports = threading.Event()
         self.graveyard = graveyard
@@ -92,19 +94,20 @@ class Daemon:
         self.journal = journal
         for output in (graveyard, results, journal):
             if output is not None:
-                output.notify_write_errors(lambda exc: self.request_stop(OUTPUT_FAILED))
+                output.notify_write_errors(self._on_write_error)
         self.keys = keys
         self.policy = policy
         self.queues = QueueManager(
-            graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results, keep_unsent=keep_unsent,
-            clock=clock,
+            graveyard, queue_size=config.queue_size, ttl=config.ttl, results=results,
+            keep_unsent=resumability.keeps_unsent, clock=clock,
         )
         self.metrics = Metrics(clock)
         self.outage = OutageGate(config.outage_after, clock=clock)
         self.late_answers = LateAnswers(clock=clock)
         self.source = source
         self.producer = Producer(
-            self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE), clock=clock
+            self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE),
+            on_stop=self._on_stop, clock=clock,
         )
         self.requeuer = Requeuer(self.queues)
         earlier = self._take_up(earlier_sends or {})
@@ -129,6 +132,7 @@ class Daemon:
         self.part_threads = owned_threads(self.late_answers, source, keys, results, journal)
         for thread in self.threads:
             thread.supervise(max_restarts, self._on_thread_failed)
+        self._max_restarts = max_restarts
         self.metrics_server: MetricsServer | None = None
         self._started_at: float | None = None
         self._summary: Summary | None = None
@@ -183,6 +187,9 @@ class Daemon:
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on port {self.config.metrics_port}: {exc.strerror}") from exc
             log.info("Prometheus metrics on http://127.0.0.1:%d/metrics", self.metrics_server.port)
+            for thread in self.metrics_server.threads():  # supervised, started and joined with the parts' own
+                thread.supervise(self._max_restarts, self._on_thread_failed)
+                self.part_threads.append(thread)
         for key in self.keys:
             if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
@@ -250,11 +257,24 @@ class Daemon:
         log.error("thread %s keeps dying: stopping (exit code 1)", thread.name)
         self.request_stop(THREAD_FAILED)
 
+    def _on_write_error(self, exc: OSError) -> None:
+        """A record or journal line could not be written (it is kept in memory, and logged): no key takes
+        more work from now on, whose records would be lost too, and the daemon stops (exit code 1)."""
+        self._take_no_more_work()
+        self.request_stop(OUTPUT_FAILED)
+
     def _on_stop(self, reason: str, message: str) -> None:
-        """A worker found that nothing can work (the endpoint is wrong): stop, with one ERROR line
-        from whichever worker got there first."""
+        """A thread found that nothing can work (the endpoint is wrong, the state dir cannot be written):
+        no key takes more work, and the daemon stops, with one ERROR line from whichever got there first."""
+        self._take_no_more_work()
         if self.stop_latch.request(reason):
             log.error("%s; stopping", message)
+
+    def _take_no_more_work(self) -> None:
+        """No key takes another request from now on (the stop is coming: what is not taken waits for the
+        next run, or the drain); a request already taken still gets its permit and finishes."""
+        for key in self.keys:
+            key.limiter.stop_taking()
 
     def shutdown(self, join_timeout: float | None = None) -> Summary:
         """Stop in dependency order and return the summary; idempotent.
@@ -263,8 +283,9 @@ class Daemon:
         closed to it, which wakes every thread waiting on them at once. The producer stops
         first; requests in flight get the HTTP timeout plus a second to finish (an
         exactly-once one to settle its fate; if it cannot, it is buried as ``unknown``);
-        everything still queued (and anything waiting for a slot) is left for the next run
-        (the user's input) or buried with the stop reason (generated work). Nothing is lost:
+        everything still queued (and anything waiting for a slot) is left for the next run where
+        ``resumability`` keeps it (a file with a results file, a work stream), else recorded with
+        the stop reason (a pipe, generated work, records on standard output). Nothing is lost:
         a thread that does not join in time is named in the summary, and so is the request it
         still holds (in flight).
         """
@@ -291,7 +312,7 @@ class Daemon:
             self._join(self.workers, timeout)
             if not self.producer.is_alive():  # after the workers: what the source keeps (held entries) lasts their grace
                 self.source.close()
-            self.late_answers.close()  # no worker sends any more: the slots it would free are past caring
+                self._stop_producer.close()
             drained = self.queues.drain(drain_outcome, drain_detail)
             if drained and self.queues.keeps_unsent:
                 log.warning("%d requests not sent (%s): no final record, the next run of the same input takes them up",
@@ -308,6 +329,9 @@ class Daemon:
                 if output is not None:
                     output.close()
             self.keys.release()
+            # After the release: a send still watched for its late answer may yet be stamped by the server, and
+            # a shared key's release tells the next owner how long to wait for that; closing settles the watches.
+            self.late_answers.close()
             self._join(self.part_threads, timeout)  # told to end by close() and release() above
             self._report_unwritten()
             self.stop_latch.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import socket
 
 __all__ = [
-    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed", "LimiterTimeout",
-    "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "ResetAfterSend", "SendOvertaken", "StaleConnection", "StoreUnavailable", "ThreadClientError", "TransportError",
+    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed",
+    "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "ResetAfterSend", "SendFenced",
+    "SendOvertaken", "StaleConnection", "StateNotWritten", "StoreUnavailable", "ThreadClientError",
+    "TransportError",
 ]
 
 
@@ -72,6 +74,12 @@ class RequestNotBuilt(TransportError):
         self.refused = refused
 
 
+class SendFenced(TransportError):
+    """Raised as the last step before the bytes would leave, when the key may send no more (a shared key's
+    lease reached its deadline, by this process's clock, while the request was built or its connection
+    made): nothing was sent, the request's slot is free at once."""
+
+
 class StaleConnection(TransportError):
     """Raised when a reused keep-alive connection failed before any byte of the answer (the server had
     closed it): the server never answered, so the same nonce may be sent again."""
@@ -121,6 +129,17 @@ class KeyInUse(ThreadClientError):
         super().__init__(f"key {key} is in use by another thread-client on this host (pid {holder}): nothing sent")
         self.key = key
         self.holder = holder
+
+
+class StateNotWritten(ThreadClientError):
+    """Raised when the daemon's own state on this host (a key's nonce mark, the ids a run has taken in)
+    cannot be written: a full or failing state dir. Nothing that relies on it may go on: the daemon
+    stops (exit code 1), and what it has not finished is left for the next run."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+        super().__init__(f"{what} could not be written to the state dir ({why})")
+        self.what = what
 
 
 class OutputInUse(ThreadClientError):

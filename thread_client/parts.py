@@ -5,11 +5,11 @@ another deployment passes its own (a scripted transport, an in-memory sink)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from .request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
+from .selectable_event import SelectableEvent
 
 if TYPE_CHECKING:
     from .limits.keys import ApiKey
@@ -21,9 +21,10 @@ __all__ = ["Answer", "Journal", "KeyPool", "OwnsThreads", "RequestSource", "Resu
 class RequestSource(Protocol):
     """Anything the producer can read requests from."""
 
-    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput | UnknownFate]:
+    def read(self, stop: SelectableEvent) -> Iterator[Work | InvalidInput | UnknownFate]:
         """Yield requests (or lines that are none) as they come; return when exhausted or once ``stop`` is
-        set. A later call goes on where the last one stopped (a restarted producer reads nothing twice)."""
+        set (a source waiting on a file descriptor polls ``stop`` beside it). A later call goes on where the
+        last one stopped (a restarted producer reads nothing twice)."""
         ...
 
     def close(self) -> None:

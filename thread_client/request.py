@@ -56,12 +56,14 @@ class Work:
 @dataclass(frozen=True, slots=True)
 class InvalidInput:
     """A line that is no request: never sent, recorded as ``invalid_input`` with where it was
-    (``line 12``, ``entry 1700000000000-0``)."""
+    (``line 12``, ``entry 1700000000000-0``) and, for a file's line, a digest of its bytes: with
+    ``where``, how a rerun knows the lines it recorded (another input may hold another line there)."""
 
     where: str
     id: str
     reason: str
     receipt: str | None = None  # as Work's: acknowledged with the invalid_input record
+    digest: str = field(default="", compare=False)
 
 @dataclass(frozen=True, slots=True)
 class UnknownFate:
@@ -91,6 +93,7 @@ class Request:
     resumed: bool = False  # in flight when an earlier run crashed
     receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
     where: str = ""  # where the source read it (``line 12``, ``entry 1700000000000-0``)
+    digest: str = ""  # an invalid line's: a digest of its bytes, as its record keeps it (``InvalidInput``)
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0

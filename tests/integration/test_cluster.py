@@ -179,18 +179,14 @@ def test_a_member_paused_past_its_leases_sends_nothing_on_them_when_it_wakes(clu
     wait_for(lambda: len(stream_records(store)) >= 400 and owners(store) == {"m1", "m2", "m3"}, timeout=60)
     members["m2"].send_signal(signal.SIGSTOP)
     wait_for(lambda: owners(store) == {"m1", "m3"} and len(owners(store)) == 2, timeout=30)
-    held_by_m2 = len(fences(tmp_path, ["m2"]))
     members["m2"].send_signal(signal.SIGCONT)
     wait_for(lambda: len(stream_records(store)) == 2000, timeout=90)
     stop_all(members)
     assert_one_accepted_record_each(store, 2000)
     assert "lost the lease" in (tmp_path / "m2" / "log.txt").read_text()
-    totals = server.stats()["totals"]
-    # A send already past its lease check when the stop landed may reach the server late: at most one per
-    # worker thread of the keys m2 held. Measured (README): none so far.
-    late = totals["rate_limited"] + totals["invalid_nonce"]
-    print(f"late stamps after SIGCONT: {late} (429 {totals['rate_limited']}, 400 {totals['invalid_nonce']})")
-    assert totals["blocked"] == 0 and late <= 2 * held_by_m2
+    # The lease's own deadline is the last step before the bytes leave: a send stopped before it sends
+    # nothing once it wakes past the lease, so no strike at all.
+    assert_no_strike(server)
 
 
 def test_a_member_cut_off_from_the_store_stops_sending_before_its_leases_end(cluster, valkey, tmp_path):

@@ -9,12 +9,15 @@ import json
 import pytest
 
 from conftest import KEYS, FakeClock, wait_for
-from thread_client.cluster.address import store_call
+from thread_client.cluster.address import StoreAddress, store_call
 from thread_client.cluster.keyspace import Keyspace
+from thread_client.cluster.leased_keys import LeasedKeyPool
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
 from thread_client.cluster.nonce_blocks import NonceBlocks
 from thread_client.cluster.scripts import Scripts
+from thread_client.defaults import LATE_ANSWER_CAP
+from thread_client.config import default_state_dir
 from thread_client.errors import KeyNotHeld, StoreUnavailable
 
 NAMES = Keyspace("test").key(KEYS[0])
@@ -147,14 +150,14 @@ def test_out_of_memory_the_leases_nonces_and_heartbeats_go_on_and_a_data_script_
     assert Membership(scripts, "test:members", "m", ttl=5.0, claim_key="test:member:m").beat() == ["m"]
     record = json.dumps({"id": "r-1", "outcome": "accepted"})
     with pytest.raises(StoreUnavailable) as refused:
-        scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"], args=["g", "c", "0", entry,
-                                                                                             record, "0"])
+        scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"],
+                              args=["g", "c", "0", entry, "r-1", "accepted", record, "0"])
     assert refused.value.refused
     # Refused before it ran: no record, and the entry is still pending (not acknowledged without its record).
     assert store.xlen("work:results") == 0 and store.xpending("work", "g")["pending"] == 1
     valkey.limit_memory(0)
     assert scripts.write_results(keys=["work", "work:results", "work:dead", "work:sent"],
-                                 args=["g", "c", "0", entry, record, "0"]) == []
+                                 args=["g", "c", "0", entry, "r-1", "accepted", record, "0"]) == []
     assert store.xlen("work:results") == 1 and store.xpending("work", "g")["pending"] == 0
 
 
@@ -193,3 +196,52 @@ def test_a_send_is_journaled_only_while_its_entry_is_pending_with_the_sender(val
     assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m2", other, "k 12"]) == 1
     store.xclaim("work", "g", "m1", 0, [other], justid=True)
     assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", other, "k 13"]) == 0
+
+
+def leased_pool(valkey, member: str, strike_budget: int = 7, **extra) -> LeasedKeyPool:
+    """A member's pool of one key; the test runs its keeper's rounds (``_round``)."""
+    pool = LeasedKeyPool(StoreAddress.parse(valkey.url), KEYS[:1], member, rate=20, window=1.0, order_latency=0.0,
+                         unanswered_hold=1.0, strike_budget=strike_budget, state_dir=str(default_state_dir()),
+                         keyspace=Keyspace("test"), **extra)
+    pool.start()
+    return pool
+
+
+def test_strikes_live_with_the_key_in_the_store_and_a_key_at_its_budget_is_not_used(valkey):
+    """The server never forgets a strike, whichever member earned it: the next owner carries the count on, and
+    a key whose count reached the budget is retired by the member that takes it, before any send."""
+    first = leased_pool(valkey, "a", strike_budget=3)
+    first._round()  # the only member: it takes the key
+    key = next(iter(first))
+    assert first.held() and key.strike() == (1, 1) and key.strike() == (2, 2)
+    first.release()
+    second = leased_pool(valkey, "b", strike_budget=3)
+    second._round()
+    key = next(iter(second))
+    assert second.held() and key.lifetime_strikes == 2 and key.retired_because is None
+    assert key.strike() == (1, 3)  # one in this run, three in the key's life
+    second.release()
+    third = leased_pool(valkey, "c", strike_budget=3)
+    third._round()
+    key = next(iter(third))
+    assert key.retired_because == "strike budget spent" and key.lifetime_strikes == 3
+    assert not key.may_send() and not third.held()  # handed back at once: no member sends on it
+    third.release()
+
+
+def test_the_next_owner_waits_until_the_old_owner_s_unanswered_sends_can_no_longer_be_stamped(valkey):
+    """A send watched for its late answer (a frozen server) may be stamped until the watch's cap, long after
+    the HTTP timeout: its member keeps that bound with the key, and the next owner keeps quiet until it has
+    passed, plus a window (the stamp's time in the server's ring)."""
+    clock = FakeClock()
+    first = leased_pool(valkey, "a", clock=clock)
+    first._round()
+    key = next(iter(first))
+    key.watch_started(clock())  # a send timed out: the server may stamp it until the cap, 120 s
+    clock.advance(0.5)
+    first._round()  # the keeper renews the lease, and the key's bound with it
+    first.release()
+    second = leased_pool(valkey, "b")
+    second._round()
+    quiet = next(iter(second)).limiter.state().ready_in
+    assert LATE_ANSWER_CAP - 0.5 <= quiet <= LATE_ANSWER_CAP + 1.0  # a window after the cap, less the 0.5 s passed

@@ -21,6 +21,7 @@ from thread_client.io.resume import ResumePoint, SendJournal
 from thread_client.io.sources import JsonLinesSource
 from thread_client.io.transport import HttpTransport
 from thread_client.limits.keys import HostKeyPool
+from thread_client.resumability import Resumability
 from thread_client.policy.retry import RetryPolicy
 from tools.harness.client_process import GRAVEYARD_FILE
 
@@ -78,12 +79,12 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
                     results=str(results), state_dir=str(state), graveyard=str(tmp_path / "g.jsonl"), duration=60)
     keys = HostKeyPool.open(config.keys, state_dir=str(state), rate=20, window=config.window,
                             order_latency=math.inf, unanswered_hold=config.http_timeout)
-    resume = ResumePoint(str(results), str(state), settle_earlier=True)
+    resume = ResumePoint(str(results), str(state), delivery=EXACTLY_ONCE)
     daemon = Daemon(
         config, source=JsonLinesSource(str(source), state_dir=str(state), resume=resume),
-        graveyard=Graveyard(config.graveyard), keys=keys, keep_unsent=True,
-        results=Results(str(results), durable=True, write=FillingDisk(room=8_000)),
-        journal=SendJournal(str(results), durable=True, settled=True),
+        graveyard=Graveyard(config.graveyard), keys=keys, resumability=Resumability.of(str(source), str(results)),
+        results=Results(str(results), delivery=EXACTLY_ONCE, write=FillingDisk(room=8_000)),
+        journal=SendJournal(str(results), delivery=EXACTLY_ONCE),
         transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
     )
     summary = daemon.run()
@@ -100,6 +101,47 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
     assert set(server.accepted().values()) == {1} and len(server.accepted()) == 300
     by_id = collections.Counter(json.loads(line)["id"] for line in results.read_text().splitlines()
                                 if line.startswith("{") and line.endswith("}"))
+    assert set(by_id) == {f"r{n}" for n in range(1, 301)} and set(by_id.values()) == {1}
+
+
+def test_at_least_once_a_full_disk_stops_the_run_and_the_rerun_marks_every_request_it_sends_again(
+        start_server, tmp_path):
+    # The results and the send journal share one disk, which the journal's lines fill: a journal line is the first
+    # write it refuses. That send must not leave: its record refused too, the rerun would send it again unmarked.
+    server = start_server("--max-latency-ms", "2", "--seed", "5")
+    source, results, state = tmp_path / "in.jsonl", tmp_path / "results.jsonl", tmp_path / "state"
+    source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
+    config = Config(url=server.url, source=str(source), results=str(results), state_dir=str(state),
+                    graveyard=str(tmp_path / "g.jsonl"), duration=60)
+    keys = HostKeyPool.open(config.keys, state_dir=str(state), rate=20, window=config.window,
+                            order_latency=config.order_latency, unanswered_hold=config.http_timeout)
+    disk = FillingDisk(room=2_000)
+
+    def write_record(fd: int, data: bytes) -> int:  # on the same disk: refused once the journal has filled it
+        return disk(fd, data) if disk.room <= 0 else os.write(fd, data)
+
+    daemon = Daemon(
+        config, source=JsonLinesSource(str(source), state_dir=str(state), resume=ResumePoint(str(results), str(state))),
+        graveyard=Graveyard(config.graveyard), keys=keys, resumability=Resumability.of(str(source), str(results)),
+        results=Results(str(results), write=write_record), journal=SendJournal(str(results), write=disk),
+        transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
+    )
+    summary = daemon.run()
+    assert summary.stop_reason == "an output file is not writable" and summary.exit_code == 1
+    assert summary.counts.balanced and summary.counts.graveyard == 0  # nothing buried: the rest waits
+    assert 0 < summary.counts.accepted < 300
+    again = tmp_path / "again"
+    again.mkdir()
+    rerun, _ = run_client(server, again, "--source", str(source), "--results", str(results), "--state-dir", str(state),
+                          "--duration", "60")
+    assert rerun.returncode == 0, rerun.stdout
+    twice = {req_id for req_id, count in server.accepted().items() if count > 1}
+    assert len(server.accepted()) == 300
+    records = [json.loads(line) for line in results.read_text().splitlines()
+               if line.startswith("{") and line.endswith("}")]
+    marked = {record["id"] for record in records if record["resumed_after_crash"]}
+    assert twice <= marked, f"sent again unmarked: {sorted(twice - marked)}"
+    by_id = collections.Counter(record["id"] for record in records)
     assert set(by_id) == {f"r{n}" for n in range(1, 301)} and set(by_id.values()) == {1}
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
 from tools.harness.client_process import GRAVEYARD_FILE
+from thread_client.limits.host_state import KeyState
 from thread_client.limits.keys import mask
 from tools.bench import free_port
 
@@ -142,6 +143,35 @@ def test_sigkill_leaves_a_valid_graveyard_file(start_server, client_process, tmp
     assert text.endswith("\n")
     records = [json.loads(line) for line in text.splitlines()]
     assert len(records) > 100 and all(r["reason"].startswith("retries exhausted") for r in records)
+
+
+def test_a_state_dir_that_refuses_the_nonce_marks_stops_the_run_and_leaves_every_request_for_the_next(
+        start_server, tmp_path):
+    # It used to bury the whole input as retries_exhausted within seconds: each send failed at its nonce's mark.
+    server = start_server("--max-latency-ms", "2")
+    state = tmp_path / "state"
+    for key in KEYS:
+        KeyState(state, key, mask(key)).write_mark(1)
+    for mark in state.glob("*.nonce"):
+        mark.with_suffix(".nonce.tmp").mkdir()  # where the next mark is written first: the state dir refuses it
+    source, results = tmp_path / "in.jsonl", tmp_path / "results.jsonl"
+    source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 51)))
+    args = ("--source", str(source), "--results", str(results), "--state-dir", str(state), "--duration", "30")
+    result, summary = run_client(server, tmp_path, *args)
+    assert result.returncode == 1, result.stdout
+    assert summary["stop_reason"] == "an output file is not writable"
+    assert summary["identity_holds"] and summary["accepted"] == summary["graveyard"] == 0
+    assert server.stats()["totals"]["accepted"] == 0 and results.read_text() == ""  # nothing sent, nothing buried
+    errors = [line for line in result.stdout.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "a nonce mark could not be written to the state dir" in errors[0], errors
+    for folder in state.glob("*.nonce.tmp"):
+        folder.rmdir()
+    (tmp_path / "again").mkdir()
+    rerun, summary = run_client(server, tmp_path / "again", *args)
+    assert rerun.returncode == 0, rerun.stdout
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(record["id"] for record in records) == sorted(f"r{n}" for n in range(1, 51))
+    assert all(record["outcome"] == "accepted" and not record["resumed_after_crash"] for record in records)
 
 
 def test_server_survives_malformed_requests_without_leaking_threads(fast_server):

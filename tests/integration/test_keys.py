@@ -94,3 +94,33 @@ def test_strikes_are_remembered_across_runs_so_a_restarted_daemon_never_gets_a_k
     assert runs[0] == ({"parked"}, runs[0][1]) and runs[0][1] >= 15  # three or more strikes per key, as before
     retired, strikes = runs[-1]
     assert retired == {"strike budget spent"} and strikes == 0  # the last run sent nothing that could strike
+
+
+def test_a_cluster_member_and_a_host_mode_daemon_on_the_same_keys_and_state_dir_refuse_each_other(
+        start_server, valkey, client_process, tmp_path):
+    """A member of a work stream took no host lock: beside a host-mode daemon on the same keys, both drove them
+    (nonces reused, the rate limit struck twice over). Members share the keys' locks among themselves; a host-mode
+    daemon takes them for itself alone."""
+    server = start_server("--max-latency-ms", "5")
+    state, host_dir, member_dir = tmp_path / "state", tmp_path / "host", tmp_path / "member"
+    host_dir.mkdir()
+    member_dir.mkdir()
+    member_args = ("--state-dir", str(state), "--source", f"{valkey.url}?stream=work", "--member", "m1")
+    host = client_process(server, host_dir, "--state-dir", str(state))
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 20)
+    member = subprocess.run(client_command(server.url, member_dir, *member_args), capture_output=True, text=True,
+                            timeout=30, cwd=ROOT)
+    assert member.returncode == 2
+    assert f"key {mask(KEYS[0])} is in use by another thread-client on this host (pid {host.pid})" in member.stderr
+    host.terminate()
+    assert host.wait(timeout=30) == 0
+    store = valkey.client()
+    member = client_process(server, member_dir, *member_args)
+    wait_for(lambda: store.exists("tc:key-names"))  # its keys' masked names, written once it runs
+    second = subprocess.run(client_command(server.url, host_dir, "--state-dir", str(state), "--duration", "5"),
+                            capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert second.returncode == 2
+    assert f"key {mask(KEYS[0])} is in use by another thread-client on this host (pid {member.pid})" in second.stderr
+    member.terminate()
+    out, _ = member.communicate(timeout=30)
+    assert member.returncode == 0, out

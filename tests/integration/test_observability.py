@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import run_client, wait_for
+from conftest import ROOT, run_client, wait_for
 from thread_client.config import DEFAULT_KEYS, Config
 from thread_client.cli import build_daemon
+from tools.harness.client_process import client_command
 
 
 def test_metrics_endpoint_is_scraped_during_a_run(fast_server, tmp_path):
@@ -51,3 +53,12 @@ def test_log_file_rotates_and_per_request_lines_need_debug(fast_server, tmp_path
     result, summary = run_client(fast_server, quiet, "--duration", "2", "--log-file", str(quiet / "client.log"))
     text = (quiet / "client.log").read_text()
     assert summary["accepted"] > 0 and " nonce " not in text and "accepted" in text  # metrics block, no per-request lines
+
+
+def test_a_summary_file_the_disk_refuses_at_the_end_is_one_error_line_and_exit_1(fast_server, tmp_path):
+    # The path passed the start-up check (it exists and is writable), then its write failed: a traceback, exit 1.
+    command = client_command(fast_server.url, tmp_path, "--duration", "1", "--summary-json", "/proc/self/mem")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == ("thread-client: error: --summary-json /proc/self/mem: "
+                                                      "Input/output error (the summary is above)")

@@ -13,6 +13,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from conftest import KEYS, ROOT, read_summary, run_client, wait_for
 from tools.harness.client_process import STATE_DIR, client_command
 
@@ -269,6 +271,109 @@ def test_work_not_sent_because_every_key_was_parked_is_left_for_the_rerun_not_bu
     assert set(ids) == {f"order-{n}" for n in range(1, 1001)} and set(ids.values()) == {1}
     assert fixed.stats()["totals"]["accepted"] + strict.stats()["totals"]["accepted"] == sum(
         1 for record in records(results) if record["outcome"] == "accepted")
+
+
+def stop_mid_run(command: list[str], server, lines: list[str], tmp_path, stdin_file=None) -> int:
+    """Run ``command``, its input ``lines`` on a pipe left open (or ``stdin_file``), SIGTERM it once the
+    server accepted 50 (the main queue still full), and return its exit code; its output in out.txt and err.txt."""
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        client = subprocess.Popen(command, stdin=stdin_file or subprocess.PIPE, stdout=out, stderr=err, text=True,
+                                  cwd=ROOT)
+    try:
+        if stdin_file is None:
+            client.stdin.write("".join(f"{line}\n" for line in lines))  # within the pipe's buffer: no wait
+            client.stdin.flush()
+        wait_for(lambda: server.stats()["totals"]["accepted"] >= 50)
+        client.send_signal(signal.SIGTERM)
+        return client.wait(timeout=30)
+    finally:
+        if client.stdin is not None:
+            client.stdin.close()
+        client.kill()
+
+
+@pytest.mark.parametrize("pipe", ["-", "/dev/stdin"])
+def test_sigterm_with_a_pipe_in_records_every_line_read_in_the_default_results_file(fast_server, tmp_path, pipe):
+    """A pipe cannot be read again: what was read and not sent is recorded at the stop as ``shutdown``. It got
+    no record, and the summary left it "for the next run", which could never read it again."""
+    lines = [json.dumps({"id": f"p-{n}"}) for n in range(1, 1001)]
+    returncode = stop_mid_run(client_command(fast_server.url, tmp_path, "--source", pipe), fast_server, lines, tmp_path)
+    assert returncode == 0, (tmp_path / "err.txt").read_text()
+    summary = read_summary(tmp_path)
+    by_id = collections.Counter(record["id"] for record in records(tmp_path / "results.jsonl"))
+    assert summary["identity_holds"] and summary["left_for_next_run"] == 0
+    assert len(by_id) == summary["created"] and set(by_id.values()) == {1}
+    outcomes = collections.Counter(record["outcome"] for record in records(tmp_path / "results.jsonl"))
+    assert outcomes["shutdown"] > 0 and outcomes["accepted"] == fast_server.stats()["totals"]["accepted"]
+    assert "next run" not in (tmp_path / "out.txt").read_text()
+
+
+def test_sigterm_with_a_file_as_standard_input_leaves_what_was_not_sent_for_the_next_run(fast_server, tmp_path):
+    # "- < FILE" is a file: the same command reads it again, and the results file says what is done.
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 1000)
+    with source.open() as stdin_file:
+        returncode = stop_mid_run(client_command(fast_server.url, tmp_path, "--source", "-"), fast_server, [], tmp_path,
+                                  stdin_file)
+    assert returncode == 0, (tmp_path / "err.txt").read_text()
+    summary = read_summary(tmp_path)
+    assert summary["identity_holds"] and summary["left_for_next_run"] > 0
+    assert len(records(tmp_path / "results.jsonl")) == summary["created"] - summary["left_for_next_run"]
+    assert "left for the next run" in (tmp_path / "out.txt").read_text()
+
+
+def test_a_wrong_endpoint_records_every_line_a_pipe_gave_instead_of_leaving_it_for_a_next_run(fast_server, tmp_path):
+    lines = "".join(json.dumps({"id": f"p-{n}"}) + "\n" for n in range(1, 201))
+    command = client_command(f"{fast_server.url}/v2", tmp_path, "--source", "-", "--duration", "60")
+    result = subprocess.run(command, input=lines, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2, result.stdout
+    summary = read_summary(tmp_path)
+    results = records(tmp_path / "results.jsonl")
+    assert summary["identity_holds"] and summary["left_for_next_run"] == 0 and 0 < summary["created"] < 200
+    assert len({record["id"] for record in results}) == len(results) == summary["created"]
+    assert {record["reason"] for record in results} == {"shutdown: endpoint not found"}
+    assert "next run" not in result.stdout
+
+
+def test_sigterm_with_a_file_in_and_results_on_stdout_records_every_line_read(fast_server, tmp_path):
+    """A file can be read again, but with the records on standard output a next run has nothing to resume
+    from (it would send every line again): what was read and not sent is recorded as ``shutdown``."""
+    source = tmp_path / "in.jsonl"
+    write_requests(source, 1000)
+    with source.open() as stdin_file:  # not read: the input is the file
+        returncode = stop_mid_run(client_command(fast_server.url, tmp_path, "--source", str(source), "--results", "-"),
+                                  fast_server, [], tmp_path, stdin_file)
+    assert returncode == 0, (tmp_path / "err.txt").read_text()
+    summary = read_summary(tmp_path)
+    out = records(tmp_path / "out.txt")
+    by_id = collections.Counter(record["id"] for record in out)
+    assert summary["identity_holds"] and summary["left_for_next_run"] == 0
+    assert len(by_id) == summary["created"] < 1000 and set(by_id.values()) == {1}
+    assert collections.Counter(record["outcome"] for record in out)["shutdown"] > 0
+    assert "next run" not in (tmp_path / "err.txt").read_text()
+
+
+def test_sigterm_with_an_idle_live_pipe_in_exits_0_with_one_record_per_line(fast_server, tmp_path):
+    """The writer keeps the pipe open and writes nothing more: the producer waits on the pipe, and the stop
+    must wake it there (it stayed in its read, named as a thread that did not stop: exit 1)."""
+    lines = [json.dumps({"id": f"p-{n}"}) for n in range(1, 6)]
+    command = client_command(fast_server.url, tmp_path, "--source", "-", "--results", "-")
+    with open(tmp_path / "out.jsonl", "w") as out, open(tmp_path / "err.log", "w") as err:
+        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=out, stderr=err, text=True, cwd=ROOT)
+    try:
+        client.stdin.write("".join(f"{line}\n" for line in lines))
+        client.stdin.flush()
+        wait_for(lambda: fast_server.stats()["totals"]["accepted"] == len(lines))  # all read: the pipe is idle
+        client.send_signal(signal.SIGTERM)
+        returncode = client.wait(timeout=30)  # the pipe stays open meanwhile
+    finally:
+        client.stdin.close()
+        client.kill()
+    assert returncode == 0, (tmp_path / "err.log").read_text()
+    summary = read_summary(tmp_path)
+    assert summary["threads_alive"] == [] and summary["identity_holds"]
+    by_id = collections.Counter(record["id"] for record in records(tmp_path / "out.jsonl"))
+    assert by_id == {f"p-{n}": 1 for n in range(1, 6)}
 
 
 def test_sigterm_with_a_live_pipe_in_exits_0_with_one_record_per_request_taken_in(fast_server, tmp_path):

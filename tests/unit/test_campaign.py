@@ -97,3 +97,50 @@ def test_at_least_once_may_accept_twice_only_where_the_record_says_so(history_of
     assert history_of(marked, twice, delivery="at-least-once") == []
     assert kinds(history_of([record(1), record(2), record(3)], twice, delivery="at-least-once")) == {
         "double_accept_unmarked"}
+
+
+def test_a_run_must_end_as_documented_unless_the_nemesis_killed_it(tmp_path):
+    from tools.campaign.checker import _check_exit
+    from tools.campaign.runs import DaemonRun
+
+    def run(exit_code: int, stopped_by: int | None, lived: float, number: int = 2) -> DaemonRun:
+        made = DaemonRun("m1", number, tmp_path, [], started=100.0, exit_code=exit_code, stopped_by=stopped_by)
+        made.ended = 100.0 + lived
+        return made
+
+    assert _check_exit(run(0, None, 10), []) == []
+    assert _check_exit(run(-9, 9, 10), []) == []
+    assert _check_exit(run(-15, 15, 0.5), []) == []  # still starting: Python's own SIGTERM action
+    assert [v.kind for v in _check_exit(run(-15, 15, 10), [])] == ["exit"]
+    assert [v.kind for v in _check_exit(run(3, None, 10), [])] == ["exit"]
+    assert [v.kind for v in _check_exit(run(1, 15, 10), [])] == ["exit"]
+    killed_before = run(-9, 9, 5, number=1)
+    assert _check_exit(run(2, None, 1), [killed_before]) == []  # its name still held by the killed run
+
+
+def test_a_bad_command_line_must_be_refused_in_one_line():
+    import subprocess
+
+    from tools.campaign.checker import check_bad_command_line
+
+    def ended(code: int, stderr: str) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess([], code, "", stderr)
+
+    flags = ["--rate", "-1"]
+    assert check_bad_command_line(flags, ended(2, "thread-client: error: --rate must be at least 1\n")) == []
+    assert check_bad_command_line(flags, ended(4, "")) == []  # a value it could use after all
+    assert [v.kind for v in check_bad_command_line(flags, ended(1, "Traceback (most recent call last):\n"))] == [
+        "bad_command_line"]
+    assert [v.kind for v in check_bad_command_line(flags, ended(2, "usage: ...\nthread-client: error: x\n"))] == [
+        "bad_command_line"]
+    assert [v.kind for v in check_bad_command_line(flags, ended(-1, ""))] == ["bad_command_line"]
+
+
+def test_exit_1_is_the_documented_stop_only_while_the_disk_was_full(tmp_path):
+    from tools.campaign.checker import _check_exit
+    from tools.campaign.runs import DaemonRun
+
+    made = DaemonRun("m1", 1, tmp_path, [], started=100.0, exit_code=1)
+    made.ended = 110.0
+    assert _check_exit(made, [], [(105.0, 107.0)]) == []
+    assert [v.kind for v in _check_exit(made, [], [(111.0, 115.0)])] == ["exit"]

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from conftest import KEY
-from thread_client.errors import KeyInUse
+from thread_client.errors import KeyInUse, StateNotWritten
 from thread_client.limits.host_state import KeyState
 from thread_client.limits.nonces import INT64_MAX, NonceGenerator
 
@@ -122,6 +122,17 @@ def test_the_mark_is_replaced_atomically(tmp_path):
     assert state.read_mark() == 4242
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".nonce"]  # no temporary file left behind
     assert all(KEY not in p.name for p in tmp_path.iterdir())  # named by a hash, never the key
+
+
+def test_a_mark_the_state_dir_refuses_hands_out_no_nonce(tmp_path):
+    state = KeyState(tmp_path, KEY, "UT4N...JYA6")
+    state.write_mark(5)
+    (mark,) = tmp_path.glob("*.nonce")
+    mark.with_suffix(".nonce.tmp").mkdir()  # where the next mark is written first: the state dir refuses it
+    nonces = NonceGenerator(clock=lambda: 1_000, start_above=state.read_mark(), reserve=state.reserve)
+    with pytest.raises(StateNotWritten, match="a nonce mark could not be written to the state dir"):
+        nonces.next()
+    assert nonces.last == 5 and state.read_mark() == 5  # nothing handed out beyond the durable mark
 
 
 def test_one_process_per_key_per_host(tmp_path):

@@ -11,17 +11,22 @@ import pytest
 
 from full_disk import FillingDisk
 from thread_client.flow.outage import OutageGate
+from thread_client.flow.producer import Producer
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.jsonlines import JsonLinesFile
+from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import OutputInUse
-from thread_client.io.resume import EarlierSend, ResumePoint, SendJournal
+from thread_client.io.resume import EarlierSend, ResumePoint, SendJournal, line_digest
 from thread_client.io.results import Results
+from thread_client.io.sources import JsonLinesSource
 from thread_client.limits.keys import HostKeyPool
 from thread_client.parts import Answer
 from thread_client.policy.retry import RetryPolicy
 from thread_client.request import Request
+from thread_client.resumability import NOT_RESUMABLE, Resumability
+from thread_client.selectable_event import SelectableEvent
 
 
 def write_lines(path, records) -> None:
@@ -44,7 +49,7 @@ def earlier_run(tmp_path):
 
 
 def test_exactly_once_settles_the_last_send_of_each_key_and_resumes_nothing_twice(earlier_run, tmp_path):
-    resume = ResumePoint(earlier_run, tmp_path, settle_earlier=True)
+    resume = ResumePoint(earlier_run, tmp_path, delivery=EXACTLY_ONCE)
     try:
         # b moved on from k1 to k2: only its latest send can have been accepted unanswered.
         assert resume.unsettled == {"k1": EarlierSend("c", "k1", 12, {"side": "buy"}),
@@ -59,7 +64,7 @@ def test_a_request_answered_before_its_keys_next_send_is_resumed_not_settled(tmp
     write_lines(tmp_path / "results.jsonl.sent", [
         {"id": "x", "key": "k1", "nonce": 1, "once": True}, {"id": "y", "key": "k1", "nonce": 2, "once": True},
     ])
-    resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+    resume = ResumePoint(str(results), tmp_path, delivery=EXACTLY_ONCE)
     try:
         assert set(resume.unsettled) == {"k1"} and resume.unsettled["k1"].id == "y"
         assert "x" in resume.resumed and "x" not in resume.skip
@@ -80,7 +85,7 @@ def test_only_a_keys_last_send_with_no_answer_and_no_record_is_settled(tmp_path,
     write_lines(results, [{"id": "y", "outcome": "accepted"}])
     write_lines(tmp_path / "results.jsonl.sent", [{"id": i, "key": k, "nonce": n, "once": True,
                                                    **({"answered": True} if a else {})} for i, k, n, a in lines])
-    resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+    resume = ResumePoint(str(results), tmp_path, delivery=EXACTLY_ONCE)
     try:
         assert [send.id for send in resume.unsettled.values()] == ([settled] if settled else [])
         assert "x" in resume.resumed and "x" not in resume.skip  # sent again afresh, never settled
@@ -94,7 +99,7 @@ def test_a_request_that_moved_on_is_settled_on_its_last_key_only(tmp_path):
              ("x", "k3", 9, False)]
     write_lines(tmp_path / "results.jsonl.sent", [{"id": i, "key": k, "nonce": n, "once": True,
                                                    **({"answered": True} if a else {})} for i, k, n, a in lines])
-    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path, settle_earlier=True)
+    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path, delivery=EXACTLY_ONCE)
     try:
         assert {key: (send.id, send.nonce) for key, send in resume.unsettled.items()} == {"k1": ("z", 6), "k3": ("x", 9)}
     finally:
@@ -104,7 +109,7 @@ def test_a_request_that_moved_on_is_settled_on_its_last_key_only(tmp_path):
 def test_sends_of_an_at_least_once_run_are_never_settled(tmp_path):
     # Two threads per key: y may have overtaken x inside the server, so x's nonce draws a 400 that is no accept.
     write_lines(tmp_path / "results.jsonl.sent", [{"id": "y", "key": "k1", "nonce": 2}, {"id": "x", "key": "k1", "nonce": 1}])
-    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path, settle_earlier=True)
+    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path, delivery=EXACTLY_ONCE)
     try:
         assert resume.unsettled == {} and "x" in resume.resumed and "y" in resume.resumed
     finally:
@@ -166,7 +171,7 @@ def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path)
         keys = list(pool)
         assert len({key.name for key in keys}) == 4 and len({key.id for key in keys}) == 4
         results = tmp_path / "results.jsonl"
-        journal = SendJournal(str(results), settled=True)
+        journal = SendJournal(str(results), delivery=EXACTLY_ONCE)
         queues = QueueManager(Graveyard(None))
         for number, key in enumerate(keys):
             queues.submit(Request(f"r{number}", 0.0))
@@ -174,7 +179,7 @@ def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path)
             worker._handle(queues.take(timeout=0))  # one send each, on this thread: journaled, never recorded
         journal.close()
         names = {key.name for key in keys}
-        resume = ResumePoint(str(results), tmp_path, settle_earlier=True)
+        resume = ResumePoint(str(results), tmp_path, delivery=EXACTLY_ONCE)
         assert {kid: send.id for kid, send in resume.unsettled.items()} == {
             key.id: f"r{number}" for number, key in enumerate(keys)}
         assert not names & set(resume.unsettled)  # by id, never by the shown name
@@ -227,3 +232,57 @@ def test_a_second_writer_of_a_results_file_is_refused_while_the_first_holds_it(t
     journal.close()
     first.close()
     Results(path).close()  # let go: a later run may write it
+
+
+def test_unsent_work_is_left_for_a_next_run_only_if_it_can_read_the_input_again_and_knows_what_is_done(tmp_path):
+    source, fifo, results = tmp_path / "in.jsonl", tmp_path / "fifo", str(tmp_path / "results.jsonl")
+    source.write_text('{"id": "a"}\n')
+    os.mkfifo(fifo)
+    assert Resumability.of(str(source), results) == Resumability(input_again=True, results_file=results)
+    assert Resumability.of(str(source), results).keeps_unsent
+    # A pipe is gone once read: its lines are recorded at a stop, and its results file is still read back.
+    assert Resumability.of(str(fifo), results) == Resumability(input_again=False, results_file=results)
+    assert not Resumability.of(str(fifo), results).keeps_unsent
+    # A file whose records go to standard output: a rerun would send every line again, nothing to resume from.
+    assert Resumability.of(str(source), "-") == Resumability(input_again=True)
+    assert not Resumability.of(str(source), "-").keeps_unsent
+    assert Resumability.of("generate", results) == Resumability.of("generate", None) == NOT_RESUMABLE
+    stream = Resumability.of("redis://127.0.0.1:6379/0?stream=w", None)
+    assert stream.keeps_unsent and stream.results_file is None
+
+
+def test_an_invalid_line_of_another_input_at_a_number_recorded_before_gets_its_own_record(tmp_path):
+    # Invalid lines were known by their number alone: a second input written to the same results file got no
+    # record for an invalid line wherever the first input had one at the same number.
+    results = tmp_path / "results.jsonl"
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_bytes(b'not json\n{"id": 5}\n')
+    second.write_bytes(b'[1, 2]\n{"id": "c", "param": {}}\n')
+
+    def run(source_file) -> None:
+        """The user's input with its results file, read to its end as the daemon's producer reads it."""
+        sink = Results(str(results))
+        source = JsonLinesSource(str(source_file), state_dir=str(tmp_path), resume=ResumePoint(str(results), tmp_path))
+        stop = SelectableEvent()
+        Producer(QueueManager(Graveyard(None), results=sink), source, stop).work()
+        source.close()
+        sink.close()
+        stop.close()
+
+    def recorded() -> list[tuple[str, str]]:
+        return [(record["where"], record["reason"]) for record in map(json.loads, results.read_text().splitlines())]
+
+    run(first)
+    run(first)  # the same input again: its invalid lines have their records already
+    assert recorded() == [("line 1", "invalid input: line 1: not JSON"),
+                          ("line 2", 'invalid input: line 2: no "id" string of 1 to 256 characters')]
+    run(second)
+    assert recorded()[2:] == [("line 1", "invalid input: line 1: not a JSON object"),
+                              ("line 2", "invalid input: line 2: unknown field(s) param")]
+
+
+def test_a_last_line_that_gains_its_newline_is_still_the_same_line():
+    """A file whose last line had no newline grows (or is ended by an editor): the rerun must not take
+    that line, recorded invalid before, for another line and record it a second time."""
+    assert line_digest(b"not json") == line_digest(b"not json\n") == line_digest(b"not json\r\n")
+    assert line_digest(b"not json") != line_digest(b"not json!")

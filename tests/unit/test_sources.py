@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from thread_client.io.results import Results
+from thread_client.errors import StateNotWritten
+from thread_client.exits import OUTPUT_FAILED
+from thread_client.flow.producer import Producer
+from thread_client.flow.queues import QueueManager
+from thread_client.io import sources
+from thread_client.io.graveyard import Graveyard
+from thread_client.io.results import Results, final_record
 from thread_client.io.resume import ResumePoint
 from thread_client.io.seen_ids import SeenIds
 from thread_client.io.sources import JsonLinesSource
 from thread_client.request import MAX_LINE_BYTES, FinalOutcome, InvalidInput, Request, Work, parse_line
+from thread_client.selectable_event import SelectableEvent
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -65,6 +73,45 @@ def test_a_stop_ends_the_reading():
     assert list(JsonLinesSource("/dev/null").read(stop)) == []
 
 
+def test_a_stop_wakes_the_reading_of_an_idle_pipe_whose_writer_lives_on(tmp_path):
+    # It stayed in readline() for good: the daemon named the producer as a thread that did not stop (exit 1).
+    read_end, write_end = os.pipe()
+    source = JsonLinesSource(f"/dev/fd/{read_end}", state_dir=str(tmp_path))
+    stop = SelectableEvent()
+    items: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [items.put(item) for item in source.read(stop)])
+    try:
+        reader.start()
+        os.write(write_end, b'{"id": "a"}\n{"id": "b"}\n{"id": "c"')  # the last line is not whole yet
+        assert [items.get(timeout=5), items.get(timeout=5)] == [Work("a", where="line 1"), Work("b", where="line 2")]
+        stop.set()
+        reader.join(5)
+        assert not reader.is_alive() and items.empty()
+    finally:
+        os.close(write_end)
+        reader.join(5)
+        source.close()
+        os.close(read_end)
+        stop.close()
+
+
+def test_a_pipe_is_read_to_its_end_in_pieces_of_any_size(tmp_path):
+    lines = [b'{"id": "p%d"}' % n for n in range(2000)] + [b"x" * (MAX_LINE_BYTES + 10), b'{"id": "last"}']
+    read_end, write_end = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_end, b"\n".join(lines)), os.close(write_end)))
+    source = JsonLinesSource(f"/dev/fd/{read_end}", state_dir=str(tmp_path))
+    try:
+        writer.start()
+        items = list(source.read(SelectableEvent()))
+    finally:
+        writer.join(5)
+        source.close()
+        os.close(read_end)
+    assert [item.id for item in items[:2000]] == [f"p{n}" for n in range(2000)]
+    assert items[2000] == InvalidInput("line 2001", "", f"longer than {MAX_LINE_BYTES} bytes")
+    assert items[2001] == Work("last", where="line 2002")  # a last line without its newline counts at the end
+
+
 @pytest.mark.parametrize("outcome, detail, reason", [
     (FinalOutcome.RETRIES_EXHAUSTED, "timeout", "retries exhausted: timeout"),
     (FinalOutcome.INVALID_INPUT, "line 3: not JSON", "invalid input: line 3: not JSON"),
@@ -99,6 +146,27 @@ def test_an_answer_nested_deeper_than_the_parser_goes_is_kept_as_text(tmp_path):
     results.close()
     (record,) = (json.loads(line) for line in path.read_text().splitlines())
     assert record["id"] == "deep" and record["body"] == "[" * 100_000
+
+
+def test_a_final_record_serializes_on_any_thread_whatever_answer_it_holds():
+    # A record is built on the worker that ended its request and may be serialized on another thread, deeper in
+    # its stack (a stream's flush thread, the shutdown's report of unwritten records). An answer nested just
+    # within the parser's reach on the first thread made json.dumps raise on the second: the record was lost.
+    depths = range(900, 1000)
+    records: list[dict] = []
+
+    def build_each() -> None:
+        for depth in depths:
+            request = Request(f"d{depth}", 0.0)
+            request.note_attempt("UT4N...JYA6", 42, 200, b"[" * depth + b"]" * depth)
+            records.append(final_record(request, FinalOutcome.ACCEPTED, "", 4096))
+
+    worker = threading.Thread(target=build_each)
+    worker.start()
+    worker.join(5.0)
+    assert not worker.is_alive() and len(records) == len(depths)
+    lines = [json.dumps(record) for record in records]  # the test's stack is far deeper than a fresh thread's
+    assert [json.loads(line)["body"] for line in lines] == ["[" * depth + "]" * depth for depth in depths]
 
 
 def test_a_line_longer_than_the_maximum_is_refused_in_bounded_memory_and_the_next_line_is_read(tmp_path):
@@ -143,6 +211,45 @@ def test_a_duplicate_recorded_by_an_earlier_run_is_not_recorded_again(tmp_path):
                      InvalidInput("line 4", "b", "duplicate id 'b'")]
 
 
+class SmallSeenIds(SeenIds):
+    """An id table that meets SQLite's own full-disk error (SQLITE_FULL) at three pages, as a full state dir."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        super().__init__(folder)
+        self._db.execute("PRAGMA max_page_count = 3")
+
+
+def test_an_id_the_state_dir_cannot_take_in_is_refused_as_state_not_written(tmp_path):
+    seen = SmallSeenIds(tmp_path)
+    with pytest.raises(StateNotWritten, match="the ids taken in could not be written to the state dir"):
+        for n in range(10_000):
+            seen.add(f"id-{n:050}")
+    seen.close()
+
+
+def test_a_state_dir_that_refuses_an_id_stops_the_producer_with_the_line_in_hand_left_for_the_next_run(
+        tmp_path, monkeypatch):
+    # It used to kill the producer: restarted, it went on past the line in hand, and past the next one at each
+    # death, until it gave up (a thread failure) or the input ended with lines this run never took in.
+    monkeypatch.setattr(sources, "SeenIds", SmallSeenIds)
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_text("".join(json.dumps({"id": f"id-{n:050}"}) + "\n" for n in range(1, 1001)))
+    queues = QueueManager(Graveyard(None), queue_size=2000, keep_unsent=True)
+    stops: list[tuple[str, str]] = []
+    producer = Producer(queues, JsonLinesSource(str(source_file), state_dir=str(tmp_path)), SelectableEvent(),
+                        on_stop=lambda reason, message: stops.append((reason, message)))
+    producer.supervise(3, lambda thread: stops.append(("gave up", thread.name)))
+    producer.start()
+    producer.join(5.0)
+    assert not producer.is_alive() and producer.restarts == 0 and producer.failure is None
+    assert [reason for reason, _ in stops] == [OUTPUT_FAILED]
+    assert "the ids taken in could not be written to the state dir" in stops[0][1]
+    taken_in = queues.counts().created
+    assert 0 < taken_in < 1000 and queues.counts().graveyard == 0
+    taken = [queues.take(timeout=0) for _ in range(taken_in)]
+    assert [request.req_id for request in taken] == [f"id-{n:050}" for n in range(1, taken_in + 1)]  # none skipped
+
+
 def test_id_tables_a_crashed_run_left_behind_are_removed_by_the_next(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     orphan = tmp_path / f"seen-ids-{int(dead.stdout)}-abc.sqlite"
@@ -152,3 +259,27 @@ def test_id_tables_a_crashed_run_left_behind_are_removed_by_the_next(tmp_path):
     seen = SeenIds(tmp_path)
     assert not orphan.exists() and alive.exists()
     seen.close()
+
+
+def test_a_pipe_s_line_in_hand_when_the_state_dir_refuses_its_id_is_taken_in_not_dropped(tmp_path, monkeypatch):
+    """A pipe cannot be read again: the line whose id the state dir refused is taken in all the same (the
+    stop then records it with the rest), never dropped between the pipe and the queue."""
+    monkeypatch.setattr(sources, "SeenIds", SmallSeenIds)
+    lines = [json.dumps({"id": f"id-{n:050}"}).encode() + b"\n" for n in range(1, 1001)]
+    read_end, write_end = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write_end, b"".join(lines)), os.close(write_end)))
+    writer.start()
+    queues = QueueManager(Graveyard(None), queue_size=2000, keep_unsent=False)
+    stops: list[str] = []
+    source = JsonLinesSource(f"/dev/fd/{read_end}", state_dir=str(tmp_path))
+    producer = Producer(queues, source, SelectableEvent(), on_stop=lambda reason, message: stops.append(reason))
+    producer.supervise(3, lambda thread: stops.append("gave up"))
+    producer.start()
+    producer.join(5.0)
+    os.close(read_end)
+    writer.join(5.0)
+    assert not producer.is_alive() and producer.failure is None and stops == [OUTPUT_FAILED]
+    taken_in = queues.counts().created
+    assert 0 < taken_in < 1000
+    consumed = source._number  # every line the source took out of the pipe
+    assert taken_in == consumed, f"{consumed - taken_in} line(s) read from the pipe and never taken in"

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from thread_client.errors import AnswerTimedOut, ConnectFailed, StaleConnection
+from thread_client.errors import AnswerTimedOut, ConnectFailed, SendFenced, StaleConnection
 from thread_client.io.transport import HttpTransport, endpoint_of, idle_limit, parse_retry_after
 
 
@@ -124,6 +124,22 @@ def _read_request(connection: socket.socket) -> bool:
             return False
         data += chunk
     return True
+
+
+def test_a_send_never_leaves_once_the_key_may_not_send_even_after_the_connect():
+    """The key's gate (a shared key's lease, by its own deadline) is the last step before the bytes leave:
+    a worker paused after its own check, or a slow connect, sends nothing past the lease's end."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        transport = HttpTransport(f"http://127.0.0.1:{listening.getsockname()[1]}", "KEY", timeout=2,
+                                  may_send=lambda: False)
+        with pytest.raises(SendFenced):
+            transport.send(1, "1")
+        server_side, _ = listening.accept()  # connected: only the request itself was held back
+        transport.close()
+        with server_side:
+            assert server_side.recv(4096) == b""  # the connection ended with no byte of a request
 
 
 def test_a_close_that_crosses_a_send_on_a_kept_connection_is_stale_and_the_next_send_reconnects():

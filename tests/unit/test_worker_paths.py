@@ -19,22 +19,28 @@ from typing import Callable
 
 import pytest
 
-from conftest import wait_for
+from conftest import FakeClock, wait_for
+from full_disk import FillingDisk
 from fakes import (
     Call, ScriptedTransport, Step, answer, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable,
 )
+from thread_client.cluster.keyspace import Keyspace
+from thread_client.cluster.leases import KeyLease
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
-from thread_client.errors import AnswerTimedOut, EntryTakenOver, LimiterTimeout, RequestNotBuilt, StaleConnection
+from thread_client.errors import (
+    AnswerTimedOut, EntryTakenOver, LimiterTimeout, RequestNotBuilt, SendFenced, StaleConnection, StoreUnavailable,
+)
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.late_answers import LateAnswers
+from thread_client.io.resume import SendJournal
 from thread_client.limits.keys import ApiKey
 from thread_client.limits.limiter import ThreadSafeRateLimiter
-from thread_client.limits.nonces import NonceGenerator
+from thread_client.limits.nonces import NonceGenerator, Reserve
 from thread_client.observe.metrics import Metrics
-from thread_client.parts import Journal
+from thread_client.parts import Answer, Journal
 from thread_client.policy.answers import AnswerTable
 from thread_client.policy.retry import RetryPolicy
 from thread_client.profile import read_profile
@@ -57,12 +63,12 @@ class Rig:
 
     def __init__(
         self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
-        metrics: Metrics | None = None, remember_strikes: Callable[[int], None] = lambda total: None,
+        metrics: Metrics | None = None, remember_strikes: Callable[[int], int] = lambda total: total,
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
-        late_answers: LateAnswers | None = None,
+        late_answers: LateAnswers | None = None, reserve: Reserve | None = None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
-        nonces = NonceGenerator(clock=lambda: WALL)
+        nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
         # Short windows and holds: a strike's hold (a window and the unanswered hold) lasts milliseconds here.
         limiter = ThreadSafeRateLimiter(20, name="UT4N", window=0.05, unanswered_hold=0.01,
                                         order_latency=order_latency, nonces=nonces)
@@ -72,11 +78,13 @@ class Rig:
         self.metrics = metrics or Metrics()
         self.stop = threading.Event()
         self.retired: list[str] = []
+        self.stopped: list[str] = []  # the reasons the worker asked the daemon to stop for
         self.other_nonces: list[int] = []
         policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
         self.worker = Worker(
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
+            on_stop=lambda reason, message: self.stopped.append(reason),
             late_answers=late_answers,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
@@ -185,6 +193,55 @@ def test_exactly_once_a_400_after_the_key_changed_hands_proves_nothing_and_the_r
     rig.assert_clean()
 
 
+class LeaseGranted:
+    """The store's side of a shared key's lease, granted at once (fence 7, no earlier owner): a ``Scripts`` stand-in."""
+
+    def acquire_lease(self, *, keys: list[str], args: list[object]) -> list[int]:
+        return [7, 0, 0, 0, 0]  # fence, last lease ended, now, strikes, stamps until: nothing before
+
+
+def test_exactly_once_a_400_read_after_the_lease_s_own_deadline_proves_nothing_though_the_fence_is_the_same():
+    """The store cannot be reached, so the fence stays what it was; but past the lease's deadline by this
+    member's clock, another member may have taken the key and sent later nonces: the 400 is no proof."""
+    clock = FakeClock()
+    lease = KeyLease(LeaseGranted(), Keyspace().key(SECRET), "m1", ttl=3.0, quiet=0.0, margin=0.3, clock=clock)
+    assert lease.acquire() is not None and lease.may_send()
+
+    def answered_past_the_lease(call):
+        clock.advance(3.0)  # the lease ran out while the second copy was out; no renewal reached the store
+        return invalid_nonce()
+
+    rig = Rig(AnswerTimedOut("timed out"), answered_past_the_lease, delivery=EXACTLY_ONCE, epoch=lease.epoch)
+    rig.submit("r1")
+    rig.handle_next()
+    assert lease.fence == 7 and rig.transport.nonces == [FIRST, FIRST]
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1} and rig.queues.counts().accepted == 0
+    rig.assert_clean()
+
+
+@pytest.mark.parametrize("delivery", [AT_LEAST_ONCE, EXACTLY_ONCE], ids=["at-least-once", "exactly-once"])
+def test_a_send_fenced_off_at_its_last_step_is_handed_back_at_no_cost(delivery):
+    """The lease's deadline came between the worker's check and the bytes leaving: nothing left, so the
+    request goes back to the queue untouched, its slot is free and nothing is in doubt."""
+    rig = Rig(SendFenced("the key's lease ended before the request could leave"), delivery=delivery)
+    rig.submit("r1")
+    request = rig.handle_next()
+    counts = rig.queues.counts()
+    assert (counts.dlq, counts.graveyard, counts.accepted) == (1, 0, 0)  # handed back, to be sent again
+    assert (request.failures, request.ambiguous, request.attempts) == (0, 0, 0)
+    assert rig.metrics.snapshot().outcomes == {} and rig.key.limiter.state().ready_in == 0
+    rig.assert_clean()
+
+
+def test_exactly_once_a_resend_fenced_off_at_its_last_step_ends_unknown_as_a_lease_ended(caplog):
+    rig = Rig(AnswerTimedOut("timed out"), SendFenced("the key's lease ended"), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1} and request.attempts == 1
+    assert not [record for record in caplog.records if record.exc_info]  # an end foreseen, not a failure
+    rig.assert_clean()
+
+
 def test_exactly_once_a_timeout_then_ok_on_the_same_nonce_is_accepted():
     rig = Rig(AnswerTimedOut("timed out"), ok("r1"), delivery=EXACTLY_ONCE)
     rig.submit("r1")
@@ -205,6 +262,25 @@ def test_exactly_once_answers_that_settle_nothing_are_asked_again_with_the_same_
     assert (request.ambiguous, request.failures) == (1, 0)
     snapshot = rig.metrics.snapshot()
     assert snapshot.outcomes == {"timeout": 1, "unavailable": 1, "server_error": 1, "accepted": 1}
+    rig.assert_clean()
+
+
+def maintenance_page() -> Answer:
+    """A 200 that no answer rule reads: a proxy's maintenance page, say."""
+    return Answer(200, b"<html><body>Down for maintenance</body></html>", None, False)
+
+
+def test_exactly_once_a_settle_answered_only_by_unreadable_pages_ends_unknown_and_the_key_goes_on():
+    # It used to ask the same nonce again every few seconds for as long as the pages came, and send nothing else.
+    # Each ask that says nothing spends one of the settle's retries (the rig's policy allows 3); then it gives up.
+    rig = Rig(AnswerTimedOut("timed out"), *[maintenance_page()] * 4, ok("r2"), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] * 5  # the send, then four asks: the first and three retries
+    assert rig.queues.graveyard.by_outcome() == {"unknown": 1}
+    rig.submit("r2")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] * 5 + [FIRST + 1] and rig.queues.counts().accepted == 1
     rig.assert_clean()
 
 
@@ -387,11 +463,13 @@ def test_nonces_strictly_increase_across_every_fresh_send_of_a_key():
 # -- strikes remembered across runs ------------------------------------------------------------
 
 
-def test_a_strike_that_cannot_be_written_down_retires_the_key_after_holding_it():
-    def full_disk(total: int) -> None:
-        raise OSError(28, "No space left on device")
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     StoreUnavailable("the store does not answer")], ids=["full disk", "store away"])
+def test_a_strike_that_cannot_be_written_down_retires_the_key_after_holding_it(failure):
+    def unwritable(total: int) -> int:
+        raise failure
 
-    rig = Rig(rate_limited(), remember_strikes=full_disk)
+    rig = Rig(rate_limited(), remember_strikes=unwritable)
     rig.submit("r1")
     rig.handle_next()
     assert rig.key.retired_because == "output failed" and rig.key.limiter.state().closed
@@ -405,10 +483,11 @@ def test_strikes_remembered_at_once_by_two_threads_end_with_the_larger_count():
     remembered: list[int] = []
     second_counted = threading.Event()
 
-    def slow_disk(total: int) -> None:
+    def slow_disk(total: int) -> int:
         if total == 1:  # the first writer is still writing when the second strike is counted
             second_counted.wait(BOUND)
         remembered.append(total)
+        return total
 
     key = ApiKey(SECRET, ThreadSafeRateLimiter(20), remember_strikes=slow_disk)
     first = threading.Thread(target=key.strike)
@@ -471,16 +550,39 @@ class StaleCountFails(Metrics):
         raise OSError(32, "Broken pipe")
 
 
-def test_exactly_once_an_os_error_after_an_accepted_send_never_sends_it_again():
-    rig = Rig(ok("r1", replaced_stale=True), delivery=EXACTLY_ONCE, metrics=StaleCountFails())
-    rig.submit("r1")
+def run_until_routed(rig: Rig) -> None:
+    """Let the worker's own loop (and its guard against bugs) take the one request submitted, until it is
+    routed somewhere; then stop the worker."""
     rig.worker.start()
     try:
-        wait_for(lambda: rig.queues.counts().graveyard + rig.queues.counts().accepted == 1, timeout=BOUND)
+        wait_for(lambda: (lambda c: c.accepted + c.graveyard + c.dlq)(rig.queues.counts()) == 1, timeout=BOUND)
     finally:
         rig.stop_taking()
         rig.worker.join(BOUND)
-    assert rig.transport.nonces == [FIRST]  # not handed back as if its journal line had failed
+    assert not rig.worker.is_alive()
+
+
+@pytest.mark.parametrize("delivery", [AT_LEAST_ONCE, EXACTLY_ONCE])
+def test_a_listener_failing_after_a_200_leaves_the_request_accepted_once(delivery):
+    # The hook raises after the exchange accepted: retried under a fresh nonce, it would be accepted twice.
+    rig = Rig(ok("r1", replaced_stale=True), delivery=delivery, metrics=StaleCountFails())
+    rig.submit("r1")
+    run_until_routed(rig)
+    assert rig.transport.nonces == [FIRST]
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq) == (1, 0, 0)
+    rig.assert_clean()
+
+
+def test_exactly_once_a_listener_failing_after_the_settling_200_leaves_the_request_accepted():
+    rig = Rig(AnswerTimedOut("timed out"), ok("r1", replaced_stale=True), delivery=EXACTLY_ONCE,
+              metrics=StaleCountFails())
+    rig.submit("r1")
+    run_until_routed(rig)
+    assert rig.transport.nonces == [FIRST, FIRST]
+    counts = rig.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq) == (1, 0, 0)
+    rig.assert_clean()
 
 
 def test_exactly_once_a_bug_after_a_send_ends_the_request_unknown_and_the_key_sends_again():
@@ -577,6 +679,50 @@ def test_a_timed_out_send_holds_its_slot_until_its_connection_shows_the_server_r
     server_end.close()
 
 
+def test_the_key_knows_its_sends_watched_for_a_late_answer_until_the_server_s_sign():
+    """What a shared key's keeper keeps with the key in the store (the next owner waits it out): when the
+    latest send still watched timed out; nothing once its watch ended."""
+    late_answers = LateAnswers(cap=60)
+    [watcher] = late_answers.threads()
+    watcher.start()
+    client_end, server_end = socket.socketpair()
+    rig = Rig(AnswerTimedOut("timed out", client_end), ok("r1"), late_answers=late_answers)
+    rig.submit("r1")
+    before = time.monotonic()
+    rig.handle_next()  # the timeout: watched
+    rig.handle_next()
+    assert before <= rig.key.watched_since() <= time.monotonic()
+    server_end.sendall(b"HTTP/1.1 200 OK\r\n")
+    wait_for(lambda: rig.key.limiter.state().in_flight == 0, timeout=BOUND)
+    assert rig.key.watched_since() is None
+    rig.assert_clean()
+    late_answers.close()
+    watcher.join(BOUND)
+    server_end.close()
+
+
+def test_a_late_429_to_a_send_that_timed_out_counts_as_a_strike():
+    """The server counted that refusal when it thawed: the key's remembered strikes must count it too."""
+    late_answers = LateAnswers(cap=60)
+    [watcher] = late_answers.threads()
+    watcher.start()
+    client_end, server_end = socket.socketpair()
+    remembered: list[int] = []
+    rig = Rig(AnswerTimedOut("timed out", client_end), ok("r1"), late_answers=late_answers,
+              remember_strikes=lambda total: remembered.append(total) or total)
+    rig.submit("r1")
+    rig.handle_next()  # the timeout: retried under a fresh nonce
+    rig.handle_next()
+    refusal = rate_limited().body
+    server_end.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n%s" % (len(refusal), refusal))
+    wait_for(lambda: rig.key.limiter.state().in_flight == 0, timeout=BOUND)  # the strike is counted before
+    assert (rig.key.strikes, remembered) == (1, [1])
+    rig.assert_clean()
+    late_answers.close()
+    watcher.join(BOUND)
+    server_end.close()
+
+
 def test_a_request_that_could_not_be_built_is_refused_with_nothing_sent_and_its_slot_free():
     # A signing hook that fails, or a parameter taking a name the profile sends itself: nothing left, so
     # the request is no ambiguous attempt (and never retried into the same failure).
@@ -614,3 +760,34 @@ def test_a_ban_answer_holds_the_key_before_its_slot_frees():
     assert bans == [30] and in_flight_at_ban == [1] and rig.queues.sizes() == (0, 1)  # handed back, for free
     with pytest.raises(LimiterTimeout):
         rig.key.limiter.acquire(timeout=0)  # no slot while the ban lasts
+
+
+# -- a full disk under the send journal -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delivery", [AT_LEAST_ONCE, EXACTLY_ONCE])
+def test_a_send_whose_journal_line_the_disk_refused_never_leaves_and_its_request_waits(tmp_path, delivery):
+    # At-least-once too: a send that left with no journal line would be sent again by the rerun, unmarked.
+    journal = SendJournal(str(tmp_path / "results.jsonl"), delivery=delivery, write=FillingDisk(room=0))
+    rig = Rig(delivery=delivery, journal=journal)  # no step: any send fails the test
+    rig.submit()
+    rig.handle_next()
+    journal.close()
+    rig.assert_clean()
+    counts = rig.queues.counts()
+    assert counts.dlq == 1 and counts.graveyard == 0  # handed back, for the next run if the daemon stops
+
+
+def test_a_nonce_mark_the_state_dir_refuses_stops_the_daemon_with_the_request_left_unsent():
+    # It used to raise out of the acquire as a bug: retried under fresh nonces, each refused the same way, the
+    # whole input was buried as retries_exhausted within seconds.
+    def full_disk(wanted: int) -> tuple[int, int]:
+        raise OSError(28, "No space left on device")
+
+    rig = Rig(reserve=full_disk)  # no step: any send fails the test
+    request = rig.submit()
+    rig.handle_next()
+    rig.assert_clean()
+    counts = rig.queues.counts()
+    assert counts.dlq == 1 and counts.graveyard == 0 and request.failures == 0  # handed back at no cost
+    assert rig.stopped == ["an output file is not writable"] and rig.retired == []

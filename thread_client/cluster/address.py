@@ -49,8 +49,10 @@ def store_call() -> Iterator[None]:
 
 
 def is_store_url(text: str | None) -> bool:
-    """Whether ``text`` names the shared store rather than a file."""
-    return bool(text) and urlsplit(text).scheme in _SCHEMES
+    """Whether ``text`` names the shared store rather than a file (by its scheme alone: a malformed
+    address is the store's, and ``StoreAddress.parse`` says what is wrong with it)."""
+    scheme, colon, _ = (text or "").partition(":")
+    return bool(colon) and scheme.lower() in _SCHEMES
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,10 @@ class StoreAddress:
 
     @classmethod
     def parse(cls, url: str, *, flag: str = "--source") -> "StoreAddress":
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # an unclosed [ or a bracketed host that is no IP address; not shown: a password
+            raise ConfigError(f"{flag}: not a valid store address ({exc})") from exc
         if parts.password is not None:  # an error below names the address: never with its password
             url = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}").geturl()
         if parts.scheme not in _SCHEMES:

@@ -22,6 +22,8 @@ class KeyNames:
     lease_until: str  # when the current or last lease ends or ended (store time, ms): the next owner's quiet period
     fence: str  # incremented on every acquisition: the fencing token
     nonce_mark: str  # the highest nonce any owner may have used
+    strikes: str  # the key's rate-limit strikes, from every member in every run: the server forgets none
+    stamped_until: str  # until when (store ms) an owner's unanswered sends may still fill the server's ring
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,8 @@ class Keyspace:
     def of_id(self, key: str) -> KeyNames:
         """The names of the API key whose ``key_id`` is ``key``."""
         tag = f"{self.prefix}:{{k:{key}}}"
-        return KeyNames(f"{tag}:lease", f"{tag}:lease-until", f"{tag}:fence", f"{tag}:nonce-mark")
+        return KeyNames(f"{tag}:lease", f"{tag}:lease-until", f"{tag}:fence", f"{tag}:nonce-mark", f"{tag}:strikes",
+                        f"{tag}:stamped-until")
 
     @property
     def members(self) -> str:

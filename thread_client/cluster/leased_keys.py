@@ -4,8 +4,12 @@ Every member builds workers for every configured key; a worker sends only while 
 key's lease says so (``ApiKey.may_send``). A keeper thread beats the member's
 heartbeat, works out which keys this member wins over the live members
 (rendezvous hashing), takes their leases (then keeps quiet for a window plus the
-unanswered hold after the previous lease ended), renews them, and hands over
-those it no longer wins once their last answers are in.
+unanswered hold after the previous lease ended, or until the previous owner's sends
+watched for a late answer can no longer be stamped), renews them, and hands over
+those it no longer wins once their last answers are in. A key's strikes live with
+it in the store: whichever member reads a 429 counts it there, the next owner
+carries the count on, and a key whose count reached the strike budget is retired
+by each member that takes it, before anything is sent.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import ConfigError, StoreUnavailable
+from ..limits.host_state import KeyState
 from ..limits.keys import ApiKey, BaseKeyPool, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
@@ -26,8 +31,8 @@ from ..limits.timestamps import ServerTimestamps
 from ..limits.order_rule import OrderRule
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
-from .keyspace import Keyspace
-from .leases import KeyLease
+from .keyspace import KeyNames, Keyspace
+from .leases import KeyLease, LeaseGrant
 from .members import Membership
 from .nonce_blocks import NonceBlocks
 from .scripts import Scripts
@@ -47,6 +52,11 @@ class LeasedKeyPool(BaseKeyPool):
     ``lease_ttl``: how long a lease (and a heartbeat) lasts unrenewed; renewed every third of it.
     A member that stops (SIGKILL, SIGSTOP, cut off from the store) loses its keys after at most
     ``lease_ttl``, by the store's clock; by its own clock it stops sending ``margin`` earlier.
+    ``strike_budget``: the strikes a key may have in its whole life, from every member (``Config.strike_budget``).
+    ``late_answer_cap``: how long a send that timed out is watched for its late answer (``LateAnswers``): the server
+    may stamp it until then, so the key's next owner waits that out (and a window more).
+    ``state_dir``: where each key's host lock is, held shared for the life of the process: the other members on
+    this host share it, a host-mode daemon on the same key is refused it (KeyInUse, both ways round).
     """
 
     def __init__(
@@ -59,12 +69,17 @@ class LeasedKeyPool(BaseKeyPool):
         window: float,
         order_latency: float,
         unanswered_hold: float,
+        strike_budget: int,
+        state_dir: str,
         order_rule: OrderRule | None = None,
         timestamps: ServerTimestamps | None = None,
         lease_ttl: float = defaults.LEASE_TTL,
+        late_answer_cap: float = defaults.LATE_ANSWER_CAP,
         keyspace: Keyspace = Keyspace(),
         clock: Clock = monotonic,
     ) -> None:
+        named = shown_names(secrets)
+        self._host_locks = _lock_on_host(state_dir, named)
         self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
         scripts = Scripts(self._store)  # one registration for every lease, nonce block and heartbeat
         self._keyspace = keyspace
@@ -72,7 +87,7 @@ class LeasedKeyPool(BaseKeyPool):
         self._every = lease_ttl / 3
         self._leases: dict[str, KeyLease] = {}  # key id -> lease
         keys = []
-        for secret, name in shown_names(secrets).items():
+        for secret, name in named.items():
             names = keyspace.key(secret)
             lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), clock=clock)
@@ -81,7 +96,8 @@ class LeasedKeyPool(BaseKeyPool):
                 rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
                 unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
             )
-            key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=partial(getattr, lease, "fence"))
+            key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=lease.epoch,
+                         remember_strikes=partial(_count_strike, scripts, names))
             self._leases[key.id] = lease
             keys.append(key)
         super().__init__(keys)
@@ -89,6 +105,10 @@ class LeasedKeyPool(BaseKeyPool):
         self._membership = Membership(scripts, keyspace.members, member, ttl=lease_ttl,
                                       claim_key=keyspace.member_claim(member))
         self._lease_ttl = lease_ttl
+        self._strike_budget = strike_budget
+        # From a watched send's timeout, how long its stamp may fill the server's ring: the watch's cap, then a window.
+        self._stamps_last = late_answer_cap + window
+        self._clock = clock
         self._watch = StoreWatch(member)
         self._stop = threading.Event()
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
@@ -145,28 +165,47 @@ class LeasedKeyPool(BaseKeyPool):
                 wanted.discard(kid)
             if lease.held and kid in wanted:
                 fence = lease.fence
-                if not lease.renew():
+                if not lease.renew(self._stamped_for(key)):
                     log.error("%s: lost the lease of %s (fence %s ended): no more sends on it", self.member, key.name,
                               fence)
             elif lease.held:
                 self._hand_over(key, lease)
             elif kid in wanted and not self._closing:
                 grant = lease.acquire()
-                if grant is not None:
+                if grant is not None and self._spent(key, grant):
+                    self._hand_over(key, lease)
+                elif grant is not None:
                     key.limiter.nonces.reserve_again()  # a block from an earlier lease may lie below the last owner's
                     key.limiter.hold(grant.quiet_for)
                     log.info("%s: took the lease of %s, fence %d; first send in %.2f s (%d members)", self.member,
                              key.name, grant.fence, grant.quiet_for, len(members))
 
+    def _spent(self, key: ApiKey, grant: LeaseGrant) -> bool:
+        """Carry on the key's strikes from the store; True (and the key retired here) if they reached the budget."""
+        if key.carry_strikes(grant.strikes) < self._strike_budget:
+            return False
+        if key.retire("strike budget spent"):
+            log.error("%s: key %s retired (strike budget spent: %d rate-limit strikes from every member in every run, "
+                      "one short of the server's block); left to the others, who retire it too", self.member,
+                      key.name, key.lifetime_strikes)
+        return True
+
     def _hand_over(self, key: ApiKey, lease: KeyLease) -> None:
         """Another member wins this key now: send nothing new, and release it once its last answer is in."""
         lease.handing_over = True
         if key.limiter.state().in_flight:
-            lease.renew()
+            lease.renew(self._stamped_for(key))
             return
         fence = lease.fence
-        lease.release()
+        lease.release(self._stamped_for(key))
         log.info("%s: handed over %s (fence %s)", self.member, key.name, fence)
+
+    def _stamped_for(self, key: ApiKey) -> float:
+        """How long from now this member's unanswered sends on ``key`` may still fill the server's ring: one
+        watched for its late answer may be stamped until the watch's cap, and fills the ring a window more
+        (a send not yet timed out is covered by the next owner's quiet period)."""
+        since = key.watched_since()
+        return 0.0 if since is None else max(0.0, since + self._stamps_last - self._clock())
 
     def close(self) -> None:
         self._closing = True
@@ -180,12 +219,36 @@ class LeasedKeyPool(BaseKeyPool):
         if self._keeper.is_alive():
             self._keeper.join()
         try:
-            for lease in self._leases.values():
+            for kid, lease in self._leases.items():
                 if lease.held:
-                    lease.release()
+                    lease.release(self._stamped_for(self._key_of[kid]))
             self._membership.leave()
         except StoreUnavailable as exc:
             log.warning("%s: could not release the leases (%s); they run out by themselves", self.member, exc)
         except Exception:
             log.exception("%s: could not release the leases; they run out by themselves", self.member)
         self._store.close()
+        for state in self._host_locks:
+            state.unlock()
+
+
+def _count_strike(scripts: Scripts, names: KeyNames, total: int) -> int:
+    """Count one strike in the store (``ApiKey``'s ``remember_strikes``): ``total``, this member's count, is
+    not written, since the store's count holds every member's; it returns that one."""
+    return int(scripts.count_strike(keys=[names.strikes], args=[]))
+
+
+def _lock_on_host(state_dir: str, named: dict[str, str]) -> list[KeyState]:
+    """Each key's host lock in ``state_dir`` (secret -> shown name), shared with the other members on this host;
+    KeyInUse if a host-mode daemon holds one (then none is kept): it would drive the key beside the members."""
+    states: list[KeyState] = []
+    try:
+        for secret, name in named.items():
+            state = KeyState(state_dir, secret, name)
+            state.lock(shared=True)
+            states.append(state)
+    except BaseException:
+        for state in states:
+            state.unlock()
+        raise
+    return states

@@ -6,10 +6,13 @@ while its holder is paused (GC, SIGSTOP, a slow disk), and the exchange cannot
 reject a stale holder's request for spending a rate-limit slot, so the holder
 fences itself: it sends only before a deadline on its own monotonic clock,
 counted from *before* the request that granted or renewed the lease, less a
-margin; a failed renewal ends it at once. The next owner then keeps quiet for a
-window plus the unanswered hold after the old lease ended (in the store's time),
-so every stamp the old owner may have left in the server's ring has expired
-before its first send.
+margin, checked as the last step before the bytes leave (``may_send``, asked by
+the transport after the request is built and its connection made); a failed
+renewal ends it at once. The next owner then keeps quiet for a window plus the
+unanswered hold after the old lease ended (in the store's time), and until the
+old owner's sends still watched for a late answer can no longer fill the ring
+(a bound each holder keeps with the key while it watches them), so every stamp
+the old owner may have left in the server's ring has expired before its first send.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ __all__ = ["KeyLease", "LeaseGrant", "lease_holders"]
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
-    """An acquired lease: its fencing token, and how long to keep quiet before the first send."""
+    """An acquired lease: its fencing token, how long to keep quiet before the first send, and the key's
+    rate-limit strikes so far (every member's: the server counts them all)."""
 
     fence: int
     quiet_for: float
+    strikes: int
 
 
 class KeyLease:
@@ -83,25 +88,38 @@ class KeyLease:
     def held(self) -> bool:
         return self.fence is not None
 
+    def epoch(self) -> object:
+        """The key's ``ApiKey.epoch``: the fence while the lease is held by this side's clock (its end less the
+        margin not reached), else a new object, equal to no earlier value. Past that end another member may
+        have taken the key and sent on it, though the fence is unchanged: it is not updated while the store
+        cannot be reached."""
+        fence = self.fence
+        return fence if fence is not None and self._clock() < self._send_before else object()
+
     def acquire(self) -> LeaseGrant | None:
         """Take the lease if nobody holds it; None if somebody does."""
         asked_at = self._clock()
-        reply = self._scripts.acquire_lease(keys=[self._names.lease, self._names.lease_until, self._names.fence],
-                                            args=[self.token, self._ttl_ms])
+        names = self._names
+        reply = self._scripts.acquire_lease(
+            keys=[names.lease, names.lease_until, names.fence, names.strikes, names.stamped_until],
+            args=[self.token, self._ttl_ms])
         if reply is None:
             return None
-        fence, ended_ms, now_ms = (int(value) for value in reply)
-        quiet_for = max(0.0, (ended_ms - now_ms) / 1000 + self._quiet)
+        fence, ended_ms, now_ms, strikes, stamped_ms = (int(value) for value in reply)
+        quiet_for = max(0.0, (ended_ms - now_ms) / 1000 + self._quiet, (stamped_ms - now_ms) / 1000)
         self.fence, self.handing_over = fence, False
         self._send_from = self._clock() + quiet_for  # counted from the reply: later than the store's now, so safe
         self._send_before = asked_at + self._ttl - self._margin
-        return LeaseGrant(fence, quiet_for)
+        return LeaseGrant(fence, quiet_for, strikes)
 
-    def renew(self) -> bool:
-        """Extend the lease; False (and no further send) if it is no longer ours."""
+    def renew(self, stamped_for: float = 0.0) -> bool:
+        """Extend the lease, and keep with it that this holder's unanswered sends may fill the server's ring
+        for ``stamped_for`` seconds more (the next owner waits that out); False (and no further send) if it
+        is no longer ours."""
         asked_at = self._clock()
-        renewed = self._scripts.renew_lease(keys=[self._names.lease, self._names.lease_until],
-                                            args=[self.token, self._ttl_ms])
+        renewed = self._scripts.renew_lease(
+            keys=[self._names.lease, self._names.lease_until, self._names.stamped_until],
+            args=[self.token, self._ttl_ms, _ms(stamped_for)])
         if renewed == 1:
             self._send_before = asked_at + self._ttl - self._margin
             return True
@@ -114,10 +132,18 @@ class KeyLease:
         self.fence = None
         self.handing_over = False
 
-    def release(self) -> None:
-        """Give the lease up (after the key's last answer), so the next owner's quiet period starts now."""
+    def release(self, stamped_for: float = 0.0) -> None:
+        """Give the lease up (after the key's last answer), so the next owner's quiet period starts now, or
+        once this holder's unanswered sends can no longer fill the ring (``stamped_for`` seconds from now)."""
         self.lost()
-        self._scripts.release_lease(keys=[self._names.lease, self._names.lease_until], args=[self.token])
+        self._scripts.release_lease(
+            keys=[self._names.lease, self._names.lease_until, self._names.stamped_until],
+            args=[self.token, _ms(stamped_for)])
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds, rounded up: a bound kept in the store is never cut short."""
+    return max(0, math.ceil(seconds * 1000))
 
 
 def lease_holders(store: "redis.Redis", keyspace: Keyspace) -> dict[str, tuple[str | None, int]]:

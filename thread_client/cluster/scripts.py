@@ -7,7 +7,7 @@ touches only the keys it is given, and those of one call share a hash tag (one R
 A store out of memory (``maxmemory`` under ``noeviction``) refuses writes. Each script says with its first line
 (``#!lua``, Valkey >= 7.2 and Redis >= 7.0) how it meets that, so that a refusal never leaves half a script done:
 
-* the coordination scripts (leases, heartbeats, nonce blocks, touching held entries) are ``allow-oom``: they only
+* the coordination scripts (leases, heartbeats, nonce blocks, strikes, touching held entries) are ``allow-oom``: they only
   rewrite a fixed set of small keys (a few per API key, one entry per member) or entries already pending, never
   grow with the work, and must go on: without them every member would lose its keys (or its entries), and
   nobody could take them;
@@ -36,9 +36,12 @@ _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math
 # KEYS[1] - the key's lease: its holder's token, expiring with the lease
 # KEYS[2] - when the key's current or last lease ends or ended (store ms): the next owner's quiet period
 # KEYS[3] - the key's fencing counter, bumped on every acquisition
+# KEYS[4] - the key's rate-limit strikes, from every member in every run
+# KEYS[5] - until when (store ms) an owner's unanswered sends may still fill the server's ring
 # ARGV[1] - the new holder's token
 # ARGV[2] - the lease's time to live, ms
-# return nil if somebody holds the lease; else {fence, when the last lease ended (ms, at most now), now (ms)}
+# return nil if somebody holds the lease; else {fence, when the last lease ended (ms, at most now), now (ms),
+# the key's strikes so far, until when earlier owners' unanswered sends may fill the ring (ms, 0 if never)}
 _ACQUIRE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -46,29 +49,48 @@ if ended > now then ended = now end
 local fence = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
-return {fence, string.format('%.0f', ended), string.format('%.0f', now)}
+return {fence, string.format('%.0f', ended), string.format('%.0f', now), redis.call('GET', KEYS[4]) or '0',
+        redis.call('GET', KEYS[5]) or '0'}
 """
+
+
+def _raise_stamped_until(arg: int) -> str:
+    """The end of the holder's scripts below: KEYS[3], until when (store ms) an owner's unanswered sends may still
+    fill the server's ring, raised to ARGV[arg] ms from now; never lowered, so an earlier owner's bound stays."""
+    return f"""
+local stamped = now + tonumber(ARGV[{arg}])
+if stamped > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], string.format('%.0f', stamped))
+end
+"""
+
 
 # KEYS[1] - the key's lease
 # KEYS[2] - when the key's lease ends (store ms)
+# KEYS[3] - until when (store ms) an owner's unanswered sends may still fill the server's ring
 # ARGV[1] - the holder's token
 # ARGV[2] - the lease's time to live, ms
+# ARGV[3] - how long from now the holder's unanswered sends may still fill the ring, ms (0: none can)
 # return 1 if the lease was the token's and now lasts ARGV[2] ms more, else 0 (nothing changed)
 _RENEW_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
+""" + _raise_stamped_until(3) + """
 return 1
 """
 
 # KEYS[1] - the key's lease
 # KEYS[2] - when the key's lease ends or ended (store ms): set to now, the next owner's quiet period starts
+# KEYS[3] - until when (store ms) an owner's unanswered sends may still fill the server's ring
 # ARGV[1] - the holder's token
+# ARGV[2] - how long from now the holder's unanswered sends may still fill the ring, ms (0: none can)
 # return 1 if the lease was the token's and is released, else 0 (nothing changed)
 _RELEASE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], string.format('%.0f', now))
+""" + _raise_stamped_until(2) + """
 return 1
 """
 
@@ -115,6 +137,13 @@ redis.call('SET', KEYS[2], string.format('%.0f', mark))
 return {string.format('%.0f', start), string.format('%.0f', mark)}
 """
 
+# KEYS[1] - the key's rate-limit strikes, from every member in every run
+# Counted by whichever member read the 429, lease or not: the server counts a stale owner's strike too.
+# return the key's strikes, this one included
+_COUNT_STRIKE = _COORDINATION + """
+return redis.call('INCR', KEYS[1])
+"""
+
 # KEYS[1] - the work stream
 # KEYS[2] - the results stream
 # KEYS[3] - the dead-letter stream
@@ -122,24 +151,24 @@ return {string.format('%.0f', start), string.format('%.0f', mark)}
 # ARGV[1] - the consumer group
 # ARGV[2] - this consumer
 # ARGV[3] - 1 if sends are journaled (exactly-once), else 0
-# ARGV[4], ARGV[5], ARGV[6] - a record's entry id ('' for none), the record (JSON), 1 if it is a dead letter too;
-#                             and so on, three per record
+# ARGV[4] to ARGV[8] - a record's entry id ('' for none), its request id, its outcome, the record (JSON), 1 if it
+#                      is a dead letter too; and so on, five per record
 # A record is added, and its entry acknowledged (and its journal line dropped), only while the entry is still
-# pending with this consumer. return the entry ids that are not (another member took them over)
+# pending with this consumer. The record is never decoded here: whatever an answer held, it cannot fail the script.
+# return the entry ids that are not (another member took them over)
 _WRITE_RESULTS = _DATA + """
 local taken_over = {}
-for i = 4, #ARGV, 3 do
-  local entry, record = ARGV[i], ARGV[i + 1]
+for i = 4, #ARGV, 5 do
+  local entry, id, outcome, record = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local mine = entry == ''
   if not mine then
     local pending = redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
     mine = pending[1] ~= nil and pending[1][2] == ARGV[2]
   end
   if mine then
-    local decoded = cjson.decode(record)
-    redis.call('XADD', KEYS[2], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
-    if ARGV[i + 2] == '1' then
-      redis.call('XADD', KEYS[3], '*', 'id', decoded['id'], 'outcome', decoded['outcome'], 'record', record)
+    redis.call('XADD', KEYS[2], '*', 'id', id, 'outcome', outcome, 'record', record)
+    if ARGV[i + 4] == '1' then
+      redis.call('XADD', KEYS[3], '*', 'id', id, 'outcome', outcome, 'record', record)
     end
     if entry ~= '' then
       redis.call('XACK', KEYS[1], ARGV[1], entry)
@@ -194,6 +223,19 @@ redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. ARGV[2])
 return 1
 """
 
+# KEYS[1] - the work stream's journal of sends (entry id -> "key-id nonce consumer")
+# ARGV[1] - the entry whose send was answered without being accepted
+# ARGV[2] - "key-id nonce consumer" of that send
+# The line is dropped only while it is still that send's (a later send of the entry is written over it, and may be in
+# doubt): nothing of the entry is then in doubt, and its next holder sends it again instead of recording it
+# unknown.
+# return 1 if the line was dropped, else 0 (nothing changed)
+_JOURNAL_ANSWERED = _DATA + """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+"""
+
 # KEYS[1] - the work stream
 # KEYS[2], KEYS[3], ... - one id key per request (set while its id is remembered)
 # ARGV[1] - seconds an id is remembered
@@ -229,9 +271,11 @@ class Scripts:
         self.heartbeat = _Registered(store, _HEARTBEAT)
         self.claim_member = _Registered(store, _CLAIM_MEMBER)
         self.reserve_nonces = _Registered(store, _RESERVE_NONCES)
+        self.count_strike = _Registered(store, _COUNT_STRIKE)
         self.write_results = _Registered(store, _WRITE_RESULTS)
         self.touch_held = _Registered(store, _TOUCH_HELD)
         self.journal_send = _Registered(store, _JOURNAL_SEND)
+        self.journal_answered = _Registered(store, _JOURNAL_ANSWERED)
         self.submit = _Registered(store, _SUBMIT)
         self._store = store
 

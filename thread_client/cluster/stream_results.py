@@ -11,10 +11,12 @@ import time
 from typing import Callable
 
 from .. import defaults
+from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import EntryTakenOver, KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
 from ..request import Request
 from ..threads import LoopThread, ManagedThread
+from .address import store_call
 from .scripts import Scripts
 from .store_watch import StoreWatch
 from .stream_source import HeldEntries
@@ -39,12 +41,12 @@ class StreamResults:
     """
 
     def __init__(
-        self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, journaled: bool = False,
-        max_body_bytes: int = defaults.MAX_BODY_BYTES, flush_every: float = 0.05,
+        self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *,
+        delivery: Delivery = AT_LEAST_ONCE, max_body_bytes: int = defaults.MAX_BODY_BYTES, flush_every: float = 0.05,
     ) -> None:
         self.work = work
         self.consumer = consumer
-        self._journaled = journaled  # exactly-once: each record also drops its entry's journal line
+        self._delivery = delivery  # exactly-once: each record also drops its entry's journal line
         self._held = held
         self._writes = writes
         self._max_body = max_body_bytes
@@ -112,9 +114,10 @@ class StreamResults:
             self._waiting[:0] = batch
 
     def _write(self, batch: list[tuple[dict, str | None]]) -> None:
-        args = [self.work.group, self.consumer, "1" if self._journaled else "0"]
+        args = [self.work.group, self.consumer, "1" if self._delivery.settles_ambiguous else "0"]
         for record, receipt in batch:
-            args += [receipt or "", json.dumps(record), "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"]
+            dead = "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"
+            args += [receipt or "", record["id"], record["outcome"], _record_text(record), dead]
         taken_over = self._scripts.write_results(
             keys=[self.work.stream, self.work.results, self.work.dead, self.work.sent], args=args
         )
@@ -129,7 +132,7 @@ class StreamResults:
     def unwritten(self) -> list[str]:
         """The records the store has not taken (after ``close``: those it never took)."""
         with self._lock:
-            return [json.dumps(record) for record, _ in self._waiting]
+            return [_record_text(record) for record, _ in self._waiting]
 
     def close(self, timeout: float = 5.0) -> None:
         """Send what is waiting, trying for up to ``timeout`` seconds if the store does not take it, then stop.
@@ -143,29 +146,41 @@ class StreamResults:
         self._store.close()
 
 
+def _record_text(record: dict) -> str:
+    """``record`` as JSON that is valid UTF-8 for the store and any strict reader: JSON admits a lone surrogate (an
+    answer's ``"\\ud800"``, or a request's bytes that are not UTF-8, read as escapes), UTF-8 does not; each
+    becomes U+FFFD (a pair stays the character it encodes)."""
+    text = json.dumps(record, ensure_ascii=False)
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 class StreamJournal:
     """Right before each send of a work entry: is the entry still this daemon's? Another member may have
     taken it over while it waited here (this daemon cut off from the store, or too slow to touch it); then
     nothing is sent (EntryTakenOver) and the request is let go: the other member records it.
 
-    At-least-once asks what this daemon knows (``HeldEntries``, kept by the source's keeper). Exactly-once
-    asks the store, and in the same script maps the entry to the key and nonce of the send in
-    ``<stream>:sent`` (the only store round trip on the send path); the results script deletes the line
-    with the acknowledgement. A member that takes the entry over finds the line and records the request
-    ``unknown`` instead of sending it again.
+    First what this daemon knows (``HeldEntries``, kept by the source's keeper), then the store, in the only
+    store round trip on the send path: is the entry still pending with this consumer? What this daemon knows
+    is not enough: paused or cut off past the reclaim time, it still holds entries another member took over,
+    or even recorded, meanwhile. Exactly-once asks in a script that also maps the entry to the key and nonce
+    of the send in ``<stream>:sent``; the results script deletes the line with the acknowledgement. A member
+    that takes the entry over finds the line and records the request ``unknown`` instead of sending it again;
+    the line of a send answered without being accepted is dropped (``answered``): nothing is in doubt then.
 
-    A line the store does not take stops its send (KeyNotHeld), after a pause of ``retry_every`` (cut
-    short by ``close``), so the key's worker tries again at that pace instead of spinning through the
-    queue; the store's absence is said through ``writes``, shared with the results.
+    A store that does not answer (or, exactly-once, does not take the line) stops the send (KeyNotHeld),
+    after a pause of ``retry_every`` (cut short by ``close``), so the key's worker tries again at that pace
+    instead of spinning through the queue; the store's absence is said once per spell (a journal line's
+    through ``writes``, shared with the results).
     """
 
     def __init__(self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *,
-                 exactly_once: bool = False, retry_every: float = 0.25) -> None:
+                 delivery: Delivery = AT_LEAST_ONCE, retry_every: float = 0.25) -> None:
         self.work = work
         self.consumer = consumer
         self._held = held
         self._writes = writes
-        self._exactly_once = exactly_once
+        self._checks = StoreWatch(f"sends from work stream {work.stream}")
+        self._delivery = delivery
         self._retry_every = retry_every
         self._closed = threading.Event()
         self._store = work.address.connect()
@@ -180,22 +195,47 @@ class StreamJournal:
             return
         if not self._held.holds(entry):
             raise EntryTakenOver(entry)
-        if not self._exactly_once:
-            return
+        settles = self._delivery.settles_ambiguous
+        # Exactly-once writes a line: said with the records. At-least-once only reads, which says nothing of
+        # writes: the source must go on waiting while the store refuses them.
+        watch = self._writes if settles else self._checks
         try:
-            written = self._scripts.journal_send(keys=[self.work.stream, self.work.sent],
-                                                 args=[self.work.group, self.consumer, entry, f"{key} {nonce}"])
+            mine = self._journal_send(entry, key, nonce) if settles else self._pending_here(entry)
         except StoreUnavailable as exc:
-            self._writes.failed(exc, "nothing is sent until its journal line is written")
+            watch.failed(exc, "nothing is sent until the store says its entry is still this member's")
             self._closed.wait(self._retry_every)
             raise KeyNotHeld(key) from exc
-        self._writes.answered()
-        if not written:
+        watch.answered()
+        if not mine:
             self._held.done([entry])
             raise EntryTakenOver(entry)
 
+    def _journal_send(self, entry: str, key: str, nonce: int) -> bool:
+        """Write the send down if ``entry`` is still this consumer's to send; False if it is not."""
+        return bool(self._scripts.journal_send(keys=[self.work.stream, self.work.sent],
+                                               args=[self.work.group, self.consumer, entry, f"{key} {nonce}"]))
+
+    def _pending_here(self, entry: str) -> bool:
+        """Whether ``entry`` is still pending with this consumer (not taken over, not recorded by another)."""
+        with store_call():
+            return bool(self._store.xpending_range(self.work.stream, self.work.group, entry, entry, 1,
+                                                   consumername=self.consumer))
+
     def answered(self, request: Request, key: str, nonce: int) -> None:
-        """Nothing to write: a member that takes over an entry sent once records it ``unknown`` in any case."""
+        """Exactly-once: the send of ``nonce`` was answered without being accepted, so its journal line goes
+        (if it is still that send's), and whoever holds the entry next (a restart, a member taking it over)
+        sends it again instead of recording it ``unknown``. A line that cannot be dropped only leaves that
+        ``unknown``: said, and the key goes on."""
+        entry = request.receipt
+        if entry is None or not self._delivery.settles_ambiguous:
+            return
+        try:
+            self._scripts.journal_answered(keys=[self.work.sent], args=[entry, f"{key} {nonce} {self.consumer}"])
+        except StoreUnavailable as exc:
+            self._writes.failed(exc, f"request {request.req_id}, refused, would be recorded unknown by its next "
+                                     "holder")
+            return
+        self._writes.answered()
 
     def notify_write_errors(self, callback: Callable[[OSError], None]) -> None:
         """Nothing to report: a journal line that cannot be written stops its send instead."""

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import StoreUnavailable
 from ..request import InvalidInput, UnknownFate, Work, parse_line
 from ..threads import LoopThread, ManagedThread
@@ -76,6 +77,10 @@ class StreamSource:
     While ``writes`` is away (the store does not take this daemon's records or journal
     lines: down, or out of memory) no new entry is taken in.
 
+    A member that holds no key (its leases all went to others) takes nothing in, and stops keeping what it
+    holds: after the reclaim time the members with keys take it over (and nothing it held is sent from here
+    once another member has it).
+
     The entries held are kept from looking abandoned by a thread of their own (the
     producer waits whenever the main queue is full: an outage, every key held): it
     touches them every quarter of the reclaim time, and lets go of any another member
@@ -84,13 +89,16 @@ class StreamSource:
 
     def __init__(
         self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, lease_ttl: float,
-        exactly_once: bool = False, batch: int = 10, block: float = 0.25, clock: Callable[[], float] = time.monotonic,
+        delivery: Delivery = AT_LEAST_ONCE, batch: int = 10, block: float = 0.25,
+        clock: Callable[[], float] = time.monotonic, sending: Callable[[], bool] = lambda: True,
     ) -> None:
         self.work = work
+        # Whether this member holds a key to send with now (its key pool's leases).
+        self._sending = sending
         self.consumer = consumer
         self.held = held
         self._writes = writes
-        self._exactly_once = exactly_once
+        self._delivery = delivery
         self._batch = batch
         self._block_ms = max(1, round(block * 1000))
         self._block = block
@@ -123,7 +131,8 @@ class StreamSource:
                 if not group_ready:
                     self.work.ensure_group(store)
                     group_ready = True
-                if self._writes.away:  # what is held cannot be written off: take in no more meanwhile
+                if self._writes.away or not self._sending():
+                    # What is held cannot be written off, or sent (no key): take in no more meanwhile.
                     stop.wait(self._block)
                     continue
                 claimed: list = []
@@ -200,12 +209,16 @@ class StreamSource:
 
     def _touch_held(self, scripts: Scripts) -> None:
         """Reset the idle time of every entry this daemon holds and is still pending with it, so no other
-        member takes over one that only waits here; let go of those another member has taken over."""
+        member takes over one that only waits here; let go of those another member has taken over. A member
+        that holds no key keeps nothing: what it holds idles out, and members with keys take it over."""
+        if not self._sending():
+            return
         held = self.held.snapshot()
         for start in range(0, len(held), 500):
             taken_over, _ = scripts.touch_held(keys=[self.work.stream],
                                                args=[self.work.group, self.consumer, *held[start:start + 500]])
-            self.held.done(taken_over)  # one no longer pending at all (recorded meanwhile) is the writer's to let go
+            # One no longer pending at all is let go by the writer (recorded here) or by the check before its send.
+            self.held.done(taken_over)
             if taken_over:
                 log.warning("work stream %s: %d entries this member held were taken over by another member (%s): "
                             "they are not sent from here", self.work.stream, len(taken_over), ", ".join(taken_over[:5]))
@@ -227,7 +240,7 @@ class StreamSource:
         resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
         if not isinstance(item, Work):
             return item
-        if not self._exactly_once:
+        if not self._delivery.settles_ambiguous:
             return replace(item, resumed=True)
         with store_call():
             sent = store.hget(self.work.sent, item.receipt)

@@ -35,7 +35,8 @@ class WorkStream:
         self.group = address.option("group", "workers", flag=flag)
         self.results = address.option("results", f"{self.stream}:results", flag=flag)
         self.dead = address.option("dead", f"{self.stream}:dead", flag=flag)
-        self.sent = f"{self.stream}:sent"  # exactly-once: entry id -> "key nonce" of its send, until its record
+        # Exactly-once: entry id -> "key nonce consumer" of its send, until its record or a refusal of that send.
+        self.sent = f"{self.stream}:sent"
         # Seconds an entry stays pending before another member takes it; None: ten lease lifetimes.
         self.reclaim_after: float | None = None
         reclaim = address.options.get("reclaim")

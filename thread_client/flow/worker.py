@@ -12,12 +12,13 @@ from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
     AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed,
-    RequestNotBuilt, SendOvertaken, StaleConnection, TransportError,
+    RequestNotBuilt, SendFenced, SendOvertaken, StateNotWritten, StaleConnection, StoreUnavailable, TransportError,
 )
+from ..exits import OUTPUT_FAILED
 from ..io.late_answers import LateAnswers
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
-from ..parts import Journal, Transport
+from ..parts import Answer, Journal, Transport
 from ..policy.answers import AnswerTable, Outcome, Reading, reference_table
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from ..request import Request
@@ -44,7 +45,8 @@ class Worker(ManagedThread):
     Nothing is logged and dropped: every request taken ends accepted, in the DLQ,
     handed back, or in the graveyard, as ``policy`` decides. An unexpected
     exception while handling a request is logged with its traceback, it counts
-    as a failed attempt (retried or buried, as the policy says), and the worker
+    as a failed attempt (retried or buried, as the policy says) unless the
+    exchange had accepted the request (it then ends accepted), and the worker
     goes on.
     """
 
@@ -100,6 +102,9 @@ class Worker(ManagedThread):
         # settles it (this thread only).
         self._in_doubt: Permit | None = None
         self._doubt_epoch: object = None  # the key's epoch when that send first left
+        # The exchange read the held request's latest send accepted (this thread only): whatever raises
+        # afterwards (a listener, a callback), it ends accepted, never sent again under a fresh nonce.
+        self._accepted = False
         self._transport_bugs = 0  # sends in a row the transport failed on with an error of no known kind
 
     def work(self) -> None:
@@ -118,14 +123,19 @@ class Worker(ManagedThread):
 
     def _guarded(self, request: Request, handle: Callable[[], None]) -> None:
         """Run ``handle`` for ``request``; if a bug escapes it before the request was routed, route it
-        once as a failure. A send that may have left is never followed by a fresh nonce in
-        exactly-once: the request then ends ``unknown`` and the key's order gate stops waiting on it."""
-        self._holding, self._in_doubt = request, None
+        once as a failure, unless the exchange had accepted it: then it ends accepted. A send that
+        may have left is never followed by a fresh nonce in exactly-once: the request then ends
+        ``unknown`` and the key's order gate stops waiting on it."""
+        self._holding, self._in_doubt, self._accepted = request, None, False
         try:
             handle()
         except Exception:
             log.exception("%s: unexpected error on request %s", self.name, request.req_id)
             if self._holding is None:
+                return
+            if self._accepted:
+                self._holding = None
+                self._recording(self._queues.accept, request)
                 return
             doubt = self._in_doubt
             if doubt is not None and self._settles:
@@ -269,23 +279,28 @@ class Worker(ManagedThread):
 
         * 200: accepted now (a late first copy can only be refused: its nonce is spent);
         * 400 invalid nonce: the first copy was accepted, since no later nonce was sent on this key
-          (unless the key's epoch changed meanwhile: a shared key's lease was lost and taken again,
-          and another owner may have sent; then ``unknown``);
+          (unless the key's epoch changed meanwhile: a shared key's lease was lost and taken again, or
+          ran out by this member's clock, and another owner may have sent; then ``unknown``);
         * anything else says nothing of the first copy. What it says of the key is carried out as
           for any answer (a strike holds the key, a Retry-After pauses it, a block, 401 or 403
           retires it, a wrong endpoint stops the daemon); unless the key is gone, the same nonce
-          is asked again after a backoff (the key sends nothing else meanwhile).
+          is asked again after a backoff (the key sends nothing else meanwhile). These asks have a
+          retry budget of their own, charged as the policy charges a request's (a pause the server
+          named, or an outage, costs nothing): an answer no rule reads (a maintenance page served
+          as 200) may come for ever, and would hold the key for as long. Once it is spent, ``unknown``.
 
         A stop lets this finish (the daemon's shutdown grace). It ends ``unknown``, never with a
         fresh nonce, when the key's limiter closes, its lease ends, it is retired, or anything
         raises first; the key's order gate then stops waiting on the first copy, so the key can
-        send again (a later nonce can only make a late first copy be refused).
+        send again (a later nonce can only make a late first copy be refused). What raises after an
+        answer read accepted (a listener, a callback) still ends it accepted.
         """
         try:
             reading = self._ask_until_settled(first, request)
         except Exception:
             log.exception("%s: settling nonce %d failed", self.key.name, first.nonce)
-            reading = Reading(Outcome.UNKNOWN, f"settling nonce {first.nonce} on {self.key.name} failed")
+            reading = Reading(Outcome.ACCEPTED) if self._accepted else Reading(
+                Outcome.UNKNOWN, f"settling nonce {first.nonce} on {self.key.name} failed")
         if reading.outcome is Outcome.UNKNOWN:
             self.key.limiter.give_up_order(first)
         return reading
@@ -293,7 +308,7 @@ class Worker(ManagedThread):
     def _ask_until_settled(self, first: Permit, request: Request) -> Reading:
         """The loop of ``_settle``: the reading that settles the first copy, or an ``unknown`` one."""
         limiter = self.key.limiter
-        asked = 0
+        asked = spent = 0  # asks made; asks that spent the settle's retry budget
         while True:
             if asked:
                 limiter.hold(self._policy.backoff(asked))
@@ -302,27 +317,29 @@ class Worker(ManagedThread):
                 permit = limiter.acquire(resend_of=first)
             except (LimiterClosed, SendOvertaken):
                 return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
-            if not self.key.may_send():  # a shared key's lease is gone: another owner's nonces may follow
-                limiter.cancel(permit)
+            try:
+                reading, retry_after = self._exchange(permit, request)
+            except KeyNotHeld:  # a shared key's lease is gone, nothing sent: another owner's nonces may follow
                 return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} ended before nonce {first.nonce} "
                                                 "was settled")
-            reading, retry_after = self._exchange(permit, request)
             if self._transport_bugs >= _BUGS_BEFORE_GIVING_UP:
                 return Reading(Outcome.UNKNOWN, f"the transport kept failing before nonce {first.nonce} on "
                                                 f"{self.key.name} was settled")
             if reading.outcome is Outcome.ACCEPTED:
                 return reading
             if reading.outcome is Outcome.INVALID_NONCE and self.key.epoch() != self._doubt_epoch:
-                return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} changed hands after nonce {first.nonce} "
-                                                "was sent: another owner's nonces may have followed it")
+                return Reading(Outcome.UNKNOWN, f"the lease of {self.key.name} changed hands or ran out after nonce "
+                                                f"{first.nonce} was sent: another owner's nonces may have followed it")
             if reading.outcome is Outcome.INVALID_NONCE:
                 return Reading(Outcome.ACCEPTED, "accepted by an earlier copy (its nonce is spent)")
             self._listener.attempted(self.key.name, reading.outcome)
             if reading.outcome.ambiguous:
                 request.ambiguous += 1
-            # Never spends the request's retries: asking again is the only way to learn its fate.
-            action = self._policy.decide(reading.outcome, 0, retry_after, detail=reading.detail,
+            # Spends the settle's own budget, never the request's retries.
+            action = self._policy.decide(reading.outcome, spent, retry_after, detail=reading.detail,
                                          during_outage=self._outage.active)
+            if action.request is RequestStep.RETRY and action.spend:
+                spent += 1
             self._apply_to_key(reading, action, retry_after)
             if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
                 return Reading(Outcome.UNKNOWN, f"{reading.detail or reading.outcome.value} before nonce "
@@ -355,7 +372,7 @@ class Worker(ManagedThread):
         limiter.hold(pause)
         try:
             strikes, lifetime = self.key.strike()
-        except OSError as exc:  # a strike not remembered would give the next run a fresh budget
+        except (OSError, StoreUnavailable) as exc:  # a strike not remembered would give the next owner a fresh budget
             self._retire_for_output("a rate-limit strike could not be written down", exc)
             return
         log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d this run, %d of %d"
@@ -372,7 +389,7 @@ class Worker(ManagedThread):
         """A permit within the request's time-to-live, or None once the request has been routed:
         expired if it waited its whole time-to-live, handed back at once (no cost, not expired)
         if the key surely cannot send within it (another thread of the key took the last slot,
-        or the key was held meanwhile)."""
+        or the key was held meanwhile), or if no nonce could be reserved for it: then the daemon stops."""
         try:
             remaining = request.deadline - self._clock()
             if remaining <= 0:
@@ -388,6 +405,9 @@ class Worker(ManagedThread):
         except (LimiterClosed, KeyNotHeld):
             # Key retired, shutting down, or its lease lost: another key takes it, or the shutdown drain buries it.
             self._hand_back(request)
+        except StateNotWritten as exc:  # the state dir is failing: the request waits for the next run, at no cost
+            self._hand_back(request)
+            self._on_stop(OUTPUT_FAILED, f"{self.key.name}: {exc}")
         return None
 
     def _hand_back(self, request: Request) -> None:
@@ -415,10 +435,14 @@ class Worker(ManagedThread):
             raise KeyNotHeld(self.key.name)
         if self._settles and not permit.resend:  # only a settle reads it: nothing more on the at-least-once path
             self._doubt_epoch = self.key.epoch()
-        self._in_doubt = permit
+        doubt, self._in_doubt = self._in_doubt, permit
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params)
         except TransportError as exc:
+            if isinstance(exc, SendFenced):  # the lease ended after the check above, before any byte left
+                self._in_doubt = doubt
+                limiter.cancel(permit)
+                raise KeyNotHeld(self.key.name) from exc
             if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free at once
                 limiter.cancel(permit)
                 return Reading(Outcome.REJECTED if exc.refused else Outcome.INTERNAL_ERROR, exc.detail), None
@@ -428,7 +452,7 @@ class Worker(ManagedThread):
                 self._outage.failed(exc.detail)
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
             if isinstance(exc, AnswerTimedOut):
-                self._wait_for_late_answer(permit, exc.connection)
+                self._wait_for_late_answer(permit, request.req_id, exc.connection)
                 self._outage.failed("timeouts")
                 return Reading(Outcome.TIMEOUT, exc.detail), None
             limiter.release(permit, answered_at=None)
@@ -451,9 +475,9 @@ class Worker(ManagedThread):
         try:
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
             reading = self._classify(answer.status, answer.body, request.req_id)
+            accepted = self._accepted = reading.outcome is Outcome.ACCEPTED
             if reading.unmatched:
                 self._listener.unmatched_answer(answer.status)
-            accepted = reading.outcome is Outcome.ACCEPTED
             if reading.outcome is Outcome.BANNED:  # every key held before this slot frees: nothing slips in
                 self._ban_pause = self._on_ban(answer.retry_after)
         finally:
@@ -463,7 +487,7 @@ class Worker(ManagedThread):
             self._listener.stale_connection()
         return reading, answer.retry_after
 
-    def _wait_for_late_answer(self, permit: Permit, connection: socket.socket | None) -> None:
+    def _wait_for_late_answer(self, permit: Permit, req_id: str, connection: socket.socket | None) -> None:
         """A send timed out: its slot waits for the server to show, on the connection it went out on,
         that it read the request. With no connection (or no watcher) it keeps the unanswered hold."""
         if connection is None or self._late_answers is None:
@@ -471,12 +495,26 @@ class Worker(ManagedThread):
                 connection.close()
             self.key.limiter.release(permit, answered_at=None)
             return
-        self._late_answers.watch(connection, partial(self._freed_late, permit, self._clock()))
+        timed_out_at = self._clock()
+        self.key.watch_started(timed_out_at)  # a shared key's next owner waits until it can no longer be stamped
+        self._late_answers.watch(connection, partial(self._freed_late, permit, req_id, timed_out_at))
 
-    def _freed_late(self, permit: Permit, timed_out_at: float, seen_at: float | None) -> None:
+    def _freed_late(
+        self, permit: Permit, req_id: str, timed_out_at: float, seen_at: float | None, answer: Answer | None
+    ) -> None:
         """The watch of a send that timed out ended (called from the watching thread): its slot frees a
-        window after the server's sign, or after the unanswered hold if none came within the cap."""
-        self.key.limiter.release_late(permit, sign_seen=seen_at is not None)
+        window after the server's sign, or after the unanswered hold if none came within the cap. A late
+        rate-limit refusal is a strike the server counted: it is counted here too, before the slot frees."""
+        try:
+            if answer is not None:
+                reading = self._classify(answer.status, answer.body, req_id)
+                if reading.outcome is Outcome.RATE_LIMITED:
+                    action = self._policy.decide(reading.outcome, 0, answer.retry_after)
+                    self._strike(Reading(reading.outcome, f"{reading.detail}, a late answer to a send that timed out"),
+                                 action.key_delay)
+        finally:
+            self.key.watch_ended(timed_out_at)
+            self.key.limiter.release_late(permit, sign_seen=seen_at is not None)
         self._listener.late_answer(None if seen_at is None else max(0.0, seen_at - timed_out_at))
 
     def _carry_out(self, request: Request, reading: Reading, action: Action, retry_after: float | None = None) -> None:

@@ -65,13 +65,16 @@ class JsonLinesFile:
     in memory (``unwritten()``), the error is logged once and ``on_write_error``
     is told, so the owner can stop instead of piling them up.
 
+    ``relied_on``: a restart relies on these lines (the send journal's): a line
+    that could not be written raises OSError to the caller (after it is kept and
+    reported), who must not act as if it were written.
+
     ``exclusive``: the file is locked (``flock``) for as long as it is open, and OutputInUse
     is raised if another process holds it (the kernel lets go if the process dies).
 
     ``durable``: ``append`` returns only once the line is on the disk (it survives
     a power loss, not only a crash); concurrent appends share one ``fdatasync``;
-    and a line that could not be made durable raises OSError to the caller (after
-    it is kept and reported), who must not act as if it were written.
+    and the lines are relied on: one that could not be made durable raises OSError.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class JsonLinesFile:
         on_write_error: Callable[[OSError], None] = lambda exc: None,
         *,
         durable: bool = False,
+        relied_on: bool = False,
         exclusive: bool = False,
         write: Callable[[int, bytes], int] = os.write,
     ) -> None:
@@ -88,7 +92,7 @@ class JsonLinesFile:
         if exclusive and self._fd != 1:
             _lock_for_this_process(self._fd, self.path)
         self.on_write_error = on_write_error
-        self._durable = durable
+        self._raises = durable or relied_on
         self._commit = GroupCommit() if durable and self.path != "-" else None
         self._write = write  # os.write; a test passes one that fails as a full disk does
         # Guards the unwritten lines and the writing itself (whole lines, one at a time); the fdatasync
@@ -126,7 +130,7 @@ class JsonLinesFile:
             log.error("cannot write %s (%s): its records are kept in memory; stopping",
                       self.path, failure.strerror or failure)
         self.on_write_error(failure)
-        if self._durable:
+        if self._raises:
             raise failure
 
     def _write_all(self, data: bytes) -> None:

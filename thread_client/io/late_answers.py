@@ -5,11 +5,14 @@ meanwhile in its sockets and stamps them all when it thaws, however long after t
 timeout. When to free such a request's rate-limit slot is then a bet, unless the
 client waits for the server itself to show it has read the request: the first byte
 of its late answer, or the connection's end. The stamp came before either, so the
-slot frees a window after that sign, as for any answer.
+slot frees a window after that sign, as for any answer. The late answer itself is read
+as far as it has come (a late 429 is a refusal the server counted against the key).
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import logging
 import selectors
 import socket
@@ -20,18 +23,23 @@ from typing import Callable
 
 from .. import defaults
 from ..clock import Clock, monotonic
+from ..parts import Answer
 from ..threads import LoopThread, ManagedThread
+from .transport import parse_retry_after
 
 __all__ = ["LateAnswers", "Settle"]
 
 log = logging.getLogger(__name__)
 
-#: Told once per watch: when the server showed it read the request, or None if it showed nothing within the cap.
-Settle = Callable[[float | None], None]
+#: Told once per watch: when the server showed it read the request (None: it showed nothing within the cap), and
+#: its late answer as far as it had come then (None: the connection ended, or what came reads as no answer).
+Settle = Callable[[float | None, Answer | None], None]
 
 #: Connections watched at most at once (each holds a file descriptor); a request past it holds its slot for the
 #: whole cap, which costs sends and never risks a rate-limit rejection.
 _MAX_WATCHED = 512
+#: Bytes of a late answer read at most: its head and the start of its body, what an answer rule reads.
+_MAX_ANSWER_BYTES = 16384
 
 
 @dataclass(slots=True)
@@ -43,8 +51,12 @@ class _Watch:
 
 class LateAnswers:
     """One thread for every connection left without an answer: ``watch()`` hands one over, and its
-    ``settle`` is called once, from that thread, with the time the server showed it read the request,
-    or with None once ``cap`` seconds have passed without a sign."""
+    ``settle`` is called once, from that thread, with the time the server showed it read the request
+    and its late answer, or with None once ``cap`` seconds have passed without a sign, or at ``close()``.
+    A late answer is read as far as it has come when its first bytes show, never waited for (a
+    status line split across packets reads as none: a server writes its head at once). Every ``settle``
+    handed over is called exactly once, whatever happens: it gives back a rate-limit slot, and a slot
+    left in flight holds its key (and a shared key's lease) for good."""
 
     def __init__(self, cap: float = defaults.LATE_ANSWER_CAP, *, clock: Clock = monotonic,
                  max_watched: int = _MAX_WATCHED) -> None:
@@ -83,23 +95,23 @@ class LateAnswers:
     def watch(self, connection: socket.socket | None, settle: Settle) -> None:
         """Hand over the open ``connection`` of a request that got no answer in time; ``settle`` is called
         once from the watching thread, and the connection closed. None (a transport that keeps its
-        sockets): ``settle(None)`` at once, in this thread. After ``close()`` nothing is called back."""
-        if connection is None:
-            settle(None)
-            return
+        sockets), or after ``close()``: the connection is closed and ``settle(None, None)`` called at
+        once, in this thread."""
         watch: _Watch | None = _Watch(settle, self._clock() + self._cap, connection)
         with self._lock:
-            if not self._closed:
+            if connection is not None and not self._closed:
                 self._count += 1
                 self._new.append(watch)
                 watch = None
         if watch is not None:
             _close(connection)
+            settle(None, None)
             return
         self._wake()
 
     def close(self) -> None:
-        """End the watching thread and close every connection; nothing more is called back. Idempotent."""
+        """End the watching thread: it closes every connection and settles its watch with None (the slot
+        keeps the unanswered hold). Idempotent."""
         with self._lock:
             self._closed = True
         self._wake()
@@ -114,11 +126,14 @@ class LateAnswers:
         """Wait for a sign on any connection, or the next cap; safe to run again after it raised."""
         while True:
             with self._lock:
-                if self._closed:
-                    new, self._new = self._new, []
-                    self._end(new)
-                    return
-                watch = self._new.pop(0) if self._new else None
+                closed = self._closed
+                if closed:
+                    watch, ending, self._new = None, self._new, []
+                else:
+                    watch = self._new.pop(0) if self._new else None
+            if closed:  # settled outside the lock: a settle is foreign code
+                self._end(ending)
+                return
             if watch is not None:  # one at a time: a bug starting one loses no other
                 self._start(watch)
                 continue
@@ -127,8 +142,8 @@ class LateAnswers:
             for selected, _ in events:
                 if selected.fileobj is self._wake_read:
                     _drain(self._wake_read)
-                elif _shows_sign(selected.fileobj):
-                    self._finish(self._watches[selected.fileobj], now)
+                elif (received := _received(selected.fileobj)) is not None:
+                    self._finish(self._watches[selected.fileobj], now, _late_answer(received))
             for watch in [w for w in (*self._watches.values(), *self._unwatched) if w.ends_at <= now]:
                 self._finish(watch, None)
 
@@ -142,7 +157,10 @@ class LateAnswers:
             return
         try:
             self._selector.register(watch.connection, selectors.EVENT_READ)
-        except (OSError, ValueError):  # closed already: nothing can show a sign on it, only the cap frees it
+        except Exception as exc:  # nothing can show a sign on it: only the cap frees it
+            if not isinstance(exc, (OSError, ValueError)):  # those say it is closed already; anything else is a bug
+                log.exception("a timed-out send's connection cannot be watched: its slot waits out the cap")
+            _close(watch.connection)
             watch.connection = None
             self._unwatched.append(watch)
             return
@@ -152,7 +170,7 @@ class LateAnswers:
         ends = [w.ends_at for w in (*self._watches.values(), *self._unwatched)]
         return max(0.0, min(ends) - self._clock()) if ends else None
 
-    def _finish(self, watch: _Watch, seen_at: float | None) -> None:
+    def _finish(self, watch: _Watch, seen_at: float | None, answer: Answer | None = None) -> None:
         """Settle ``watch`` whatever its bookkeeping raises: a slot left unsettled stays in flight for good."""
         try:
             if watch.connection is not None:
@@ -162,46 +180,79 @@ class LateAnswers:
             else:
                 self._unwatched.remove(watch)
         finally:
-            self._settle(watch, seen_at)
+            self._settle(watch, seen_at, answer)
 
-    def _settle(self, watch: _Watch, seen_at: float | None) -> None:
+    def _settle(self, watch: _Watch, seen_at: float | None, answer: Answer | None = None) -> None:
         with self._lock:
             self._count -= 1
         try:
-            watch.settle(seen_at)
+            watch.settle(seen_at, answer)
         except Exception:
             log.exception("settling a request's slot after its late answer failed")
 
     def _end(self, new: list[_Watch]) -> None:
-        for watch in [*new, *self._watches.values()]:
-            _close(watch.connection)
+        """Close every connection and settle every watch with None: no sign can come any more."""
+        ending = [*new, *self._watches.values(), *self._unwatched]
         self._watches.clear()
         self._unwatched.clear()
-        self._count = 0
+        for watch in ending:
+            _close(watch.connection)
+            self._settle(watch, None)
         self._selector.close()
         self._wake_read.close()
         self._wake_write.close()
 
 
 def _close(connection: socket.socket | None) -> None:
+    """Close a connection handed over; one that fails to close is past watching all the same."""
     if connection is not None:
-        connection.close()
+        try:
+            connection.close()
+        except OSError:
+            pass
 
 
-def _shows_sign(connection: socket.socket) -> bool:
-    """Whether what made ``connection`` readable is the server's sign: a byte of the answer, or its end. Over
-    TLS a session ticket the handshake sends on its own makes the socket readable before the server has read
-    the request: only application data (or the end) counts."""
-    if not isinstance(connection, ssl.SSLSocket):
-        return True
+def _received(connection: socket.socket) -> bytes | None:
+    """What made ``connection`` readable, read without waiting: the start of the late answer, b"" if the
+    connection ended first (the server's sign too), None if it is no sign. Over TLS a session ticket the
+    handshake sends on its own makes the socket readable before the server has read the request: only
+    application data (or the end) counts."""
+    received = bytearray()
     try:
         connection.setblocking(False)
-        connection.recv(1)
-    except ssl.SSLWantReadError:
-        return False
+        while len(received) < _MAX_ANSWER_BYTES and (chunk := connection.recv(_MAX_ANSWER_BYTES - len(received))):
+            received += chunk
+    except (BlockingIOError, ssl.SSLWantReadError):  # all that has come so far
+        if not received:
+            return None
     except OSError:  # reset, or a TLS alert: the connection ended
-        return True
-    return True
+        pass
+    return bytes(received)
+
+
+class _Received:
+    """What came on a connection, as the socket ``http.client`` reads an answer from."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return io.BytesIO(self._data)
+
+
+def _late_answer(received: bytes) -> Answer | None:
+    """The answer in ``received``, its body as far as it came; None if no status line can be read there.
+    Never raises: the bytes are the server's, and what http.client raises on them varies."""
+    response = http.client.HTTPResponse(_Received(received))  # type: ignore[arg-type]
+    try:
+        response.begin()
+        body = response.read()
+    except http.client.IncompleteRead as exc:
+        body = exc.partial
+    except Exception:  # not an HTTP answer, or a head cut short
+        return None
+    retry_after = None if response.status == 200 else parse_retry_after(response.getheader("Retry-After"))
+    return Answer(response.status, body, retry_after)
 
 
 def _drain(wake: socket.socket) -> None:

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from .. import defaults
+from ..delivery import AT_LEAST_ONCE, Delivery
 from ..request import FinalOutcome, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
@@ -17,16 +18,17 @@ __all__ = ["Results", "final_record"]
 class Results(JsonLinesOutput):
     """A ``ResultSink``: one JSON line per finished request in ``path`` (``-``: standard output), through a
     ``JsonLinesFile`` (whole lines, nothing lost on a failed write). The exchange's answer is kept
-    as JSON when it is JSON, else as text, cut at ``max_body_bytes``. ``durable``: each record is
-    on the disk before ``record`` returns (exactly-once needs it before the key's next send)."""
+    as JSON when it is JSON, else as text, cut at ``max_body_bytes``. Exactly-once (``delivery``) puts
+    each record on the disk before ``record`` returns: before the key's next send."""
 
     def __init__(
-        self, path: str, *, max_body_bytes: int = defaults.MAX_BODY_BYTES, durable: bool = False,
+        self, path: str, *, max_body_bytes: int = defaults.MAX_BODY_BYTES, delivery: Delivery = AT_LEAST_ONCE,
         write: Callable[[int, bytes], int] = os.write,
     ) -> None:
         self.path = path
         self._max_body = max_body_bytes
-        self._file = JsonLinesFile(path, durable=durable, exclusive=True, write=write)  # write: a test's full disk
+        # write: os.write, or a test's full disk
+        self._file = JsonLinesFile(path, durable=delivery.durable_outputs, exclusive=True, write=write)
 
     def __repr__(self) -> str:
         return f"<Results {self.path}>"
@@ -54,16 +56,38 @@ def final_record(request: Request, outcome: FinalOutcome, detail: str, max_body_
         "latency_ms": round(1000 * (finished - request.created_wall), 3),
         "created": round(request.created_wall, 6),
         "finished": round(finished, 6),
+        **({"line_digest": request.digest} if request.digest else {}),  # an invalid line's, for a rerun
     }
 
 
+#: An answer nested deeper than this is kept as text: json.dumps recurses once per level, and a record may be
+#: serialized on another thread than the one that parsed its answer, far deeper in its stack.
+_MAX_NESTING = 100
+
+
 def _readable_body(body: bytes, max_bytes: int) -> object:
-    """The exchange's answer as JSON when it is JSON, else as text, cut at ``max_bytes``."""
+    """The exchange's answer as JSON when it is JSON (nested at most ``_MAX_NESTING`` deep), else as text,
+    cut at ``max_bytes``: a record must serialize wherever it is written."""
     if not body:
         return None
     if len(body) <= max_bytes:
         try:
-            return json.loads(body)
+            value = json.loads(body)
         except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             pass
+        else:
+            if not _nested_deeper(value, _MAX_NESTING):
+                return value
     return body[:max_bytes].decode("utf-8", "replace")
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """Whether ``value``'s lists and objects nest more than ``limit`` deep; walked without recursion."""
+    pending = [(value, 0)]  # each item with how many lists and objects hold it
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth == limit:
+                return True
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False

@@ -3,31 +3,39 @@ and which sends of the earlier run may still have been accepted."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-from ..request import FinalOutcome, Request
+from ..delivery import AT_LEAST_ONCE, Delivery
+from ..request import FinalOutcome, InvalidInput, Request
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
-__all__ = ["EarlierSend", "ResumePoint", "SendJournal"]
+__all__ = ["EarlierSend", "ResumePoint", "SendJournal", "line_digest"]
 
 
 class SendJournal(JsonLinesOutput):
     """A ``Journal``: ``<results>.sent``, one line (id, key id, nonce, params) written before each send,
     so a restart can tell the requests that may have reached the exchange from those that never
-    left, and send the last one of each key again with its own nonce. ``durable``: each line is on
-    the disk before its send leaves (group-committed), so even a power loss cannot hide a send."""
+    left (and mark them ``resumed_after_crash``), and send the last one of each key again with its
+    own nonce. A line that cannot be written raises OSError (the send must not leave: a restart
+    would send it again unmarked). Exactly-once (``delivery``) puts each line on the disk before its
+    send leaves (group-committed), so even a power loss cannot hide a send."""
 
-    def __init__(self, results_path: str, *, durable: bool = False, settled: bool = False) -> None:
+    def __init__(
+        self, results_path: str, *, delivery: Delivery = AT_LEAST_ONCE, write: Callable[[int, bytes], int] = os.write,
+    ) -> None:
         self.path = f"{results_path}.sent"
-        self._file = JsonLinesFile(self.path, durable=durable, exclusive=True)
+        # write: os.write, or a test's full disk
+        self._file = JsonLinesFile(self.path, durable=delivery.durable_outputs, relied_on=True, exclusive=True,
+                                   write=write)
         # Exactly-once: each line says so, and only such lines are settled by a restart; a send of an
         # at-least-once run may have been overtaken on its key (a 400 that would read as an accept).
-        self._mark = {"once": True} if settled else {}
+        self._mark = {"once": True} if delivery.settles_ambiguous else {}
 
     def __repr__(self) -> str:
         return f"<SendJournal {self.path}>"
@@ -57,8 +65,9 @@ class ResumePoint:
     """What an earlier run of the same input left.
 
     * ``skip``: ids the source passes over: those with a final record, and the ``unsettled`` ones;
-    * ``invalid_lines``: where the lines are (``line 12``) that were recorded ``invalid_input``: a
-      rerun records them no more (a line that is no request has no id to know it by);
+    * ``invalid_lines``: the lines recorded ``invalid_input``, each known by where it is (``line 12``)
+      and a digest of its bytes (a line that is no request has no id to know it by; another input
+      written to the same results file may hold another line there): ``recorded_invalid``;
     * ``resumed``: ids sent without a final record, whose last send was answered before the key's
       next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
     * ``unsettled``: per key id, the send its last journal line names, if that request has no final
@@ -67,20 +76,21 @@ class ResumePoint:
       else (one request in flight per key). A key whose last send was accepted, or answered, has
       nothing to settle, whatever earlier lines it has.
 
-    ``unsettled`` is kept only with ``settle_earlier`` (exactly-once); otherwise those requests are
+    ``unsettled`` is kept only if ``delivery`` settles them (exactly-once); otherwise those requests are
     resumed like the others. ``skip``, ``invalid_lines`` and ``resumed`` live on disk, so memory
     stays flat for any input; ``unsettled`` holds at most one send per key.
     """
 
     def __init__(
-        self, results_path: str, state_dir: str | os.PathLike[str] | None = None, *, settle_earlier: bool = False
+        self, results_path: str, state_dir: str | os.PathLike[str] | None = None, *,
+        delivery: Delivery = AT_LEAST_ONCE,
     ) -> None:
         self.skip = SeenIds(state_dir)
         self.invalid_lines = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
         for record in _records(Path(results_path)):
             if record.get("outcome") == FinalOutcome.INVALID_INPUT.value:
-                self.invalid_lines.add(str(record.get("where", "")))
+                self.invalid_lines.add(_line_key(str(record.get("where", "")), str(record.get("line_digest", ""))))
             else:
                 self.skip.add(str(record.get("id", "")))
         # Per key id, its last send and whether it is beyond doubt (answered, moved on to another key, or
@@ -108,13 +118,28 @@ class ResumePoint:
             last_on_key[send.key] = (send, record.get("once") is not True)
             key_of_last[send.id] = send.key
         self.unsettled = {key: send for key, (send, beyond_doubt) in last_on_key.items()
-                          if not beyond_doubt and send.id not in self.skip} if settle_earlier else {}
+                          if not beyond_doubt and send.id not in self.skip} if delivery.settles_ambiguous else {}
         for send in self.unsettled.values():
             self.skip.add(send.id)
+
+    def recorded_invalid(self, line: InvalidInput) -> bool:
+        """Whether an earlier run recorded ``line``, the same bytes at the same place, as ``invalid_input``.
+        A record written before lines had digests names its line by ``where`` alone."""
+        return any(_line_key(line.where, digest) in self.invalid_lines for digest in (line.digest, ""))
 
     def close(self) -> None:
         for ids in (self.skip, self.invalid_lines, self.resumed):
             ids.close()
+
+
+def line_digest(raw: bytes) -> str:
+    """A line's bytes in 16 hex digits: what tells it from another input's line at the same place. Its end
+    is left out: a last line gains its newline when the file grows, and stays the same line."""
+    return hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest()[:16]
+
+
+def _line_key(where: str, digest: str) -> str:
+    return f"{where} {digest}"
 
 
 def _earlier_send(record: dict) -> EarlierSend | None:

@@ -7,6 +7,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from ..errors import StateNotWritten
+
 __all__ = ["SeenIds"]
 
 
@@ -18,13 +20,27 @@ class SeenIds:
     exact, for one indexed insert per id. Used by one thread (the producer).
     The file's name carries the process id: the files of a process that died
     without closing them (a crash) are removed by the next one in the folder.
+
+    A table the folder cannot hold (full, failing) raises StateNotWritten, from
+    the constructor or any call: SQLite may have rolled back every id taken in
+    so far, so nothing may rely on the table any more.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
         _remove_orphans(Path(folder or tempfile.gettempdir()))
-        handle, self._path = tempfile.mkstemp(prefix=f"seen-ids-{os.getpid()}-", suffix=".sqlite", dir=folder)
+        try:
+            handle, self._path = tempfile.mkstemp(prefix=f"seen-ids-{os.getpid()}-", suffix=".sqlite", dir=folder)
+        except OSError as exc:
+            raise StateNotWritten("the ids taken in", exc) from exc
         os.close(handle)
         self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            self._create()
+        except sqlite3.Error as exc:
+            self.close()
+            raise StateNotWritten("the ids taken in", exc) from exc
+
+    def _create(self) -> None:
         # Nothing here must survive a crash: no journal, no fsync. A small fixed page cache (256 KiB, not
         # the default 2 MiB that fills as the table grows) keeps the process flat; the OS caches the file.
         self._db.execute("PRAGMA journal_mode = OFF")
@@ -40,7 +56,10 @@ class SeenIds:
         return f"<SeenIds {self._path}>"
 
     def __contains__(self, request_id: object) -> bool:
-        return self._db.execute("SELECT 1 FROM ids WHERE id = ?", (request_id,)).fetchone() is not None
+        try:
+            return self._db.execute("SELECT 1 FROM ids WHERE id = ?", (request_id,)).fetchone() is not None
+        except sqlite3.Error as exc:  # a page spilled to the file cannot be read back
+            raise StateNotWritten("the ids taken in", exc) from exc
 
     def add(self, request_id: str) -> bool:
         """Record ``request_id``; False if it was there already (a duplicate)."""
@@ -48,6 +67,8 @@ class SeenIds:
             self._db.execute("INSERT INTO ids VALUES (?)", (request_id,))
         except sqlite3.IntegrityError:
             return False
+        except sqlite3.Error as exc:  # SQLITE_FULL, SQLITE_IOERR: the folder cannot hold the table
+            raise StateNotWritten("the ids taken in", exc) from exc
         return True
 
     def close(self) -> None:

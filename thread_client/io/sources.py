@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import os
 import random
+import select
+import stat
 import sys
 import threading
 from dataclasses import replace
 from typing import BinaryIO, Iterator
 
+from ..errors import StateNotWritten
 from ..request import MAX_LINE_BYTES, InvalidInput, Work, parse_line
-from .resume import ResumePoint
+from ..selectable_event import SelectableEvent
+from .resume import ResumePoint, line_digest
 from .seen_ids import SeenIds
 
 __all__ = ["LOADS", "JsonLinesSource", "SyntheticSource"]
@@ -19,6 +25,7 @@ __all__ = ["LOADS", "JsonLinesSource", "SyntheticSource"]
 #: "saturate": no sleep; the main queue stays full, to measure capacity.
 LOADS = ("exercise", "saturate")
 _EXERCISE_MAX_GAP_MS = 21
+_PIPE_CHUNK = 64 * 1024  # read from a pipe at most this much at once
 
 
 class SyntheticSource:
@@ -55,7 +62,9 @@ class JsonLinesSource:
     however long the input (a line is read in at most ``MAX_LINE_BYTES``; a longer
     one is ``invalid_input``). Ids are checked for duplicates within the run on
     disk (``SeenIds``). With ``follow`` the end of a file is not the end: the
-    source waits for more lines, like ``tail -f``, until ``stop``.
+    source waits for more lines, like ``tail -f``, until ``stop``. A pipe (or a
+    terminal) is read only when it has bytes: the producer waits on it and on
+    ``stop`` at once, so a stop ends the reading of an idle pipe whose writer lives on.
 
     ``read()`` goes on where an earlier call stopped: a producer restarted after a
     crash never reads a line twice. What it holds open is let go by ``close()``.
@@ -77,18 +86,22 @@ class JsonLinesSource:
         self._resume = resume
         # The reading position, kept across read() calls; touched only by the producer thread.
         self._stream: BinaryIO | None = None
+        self._pipe = False  # the stream may block: it is read when poll() says it has bytes
+        self._unread = io.BytesIO()  # bytes read from a pipe and not given out yet
         self._seen: SeenIds | None = None
         self._number = 0  # lines read so far
         self._partial = b""  # the start of a line whose end has not been read yet
         self._too_long = False  # past MAX_LINE_BYTES of the current line: its rest is read past
+        self._state_failure: StateNotWritten | None = None  # the state dir refused a pipe's line, taken in anyway
 
     def __repr__(self) -> str:
         return f"<JsonLinesSource {self.path}{' (follow)' if self._follow else ''} at line {self._number}>"
 
-    def read(self, stop: threading.Event) -> Iterator[Work | InvalidInput]:
+    def read(self, stop: SelectableEvent) -> Iterator[Work | InvalidInput]:
         if self._stream is None:
             self._seen = SeenIds(self._state_dir)
             self._stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")  # noqa: SIM115
+            self._pipe = not stat.S_ISREG(os.fstat(self._stream.fileno()).st_mode)
         for raw in self._lines(self._stream, stop):
             self._number += 1
             if not raw.strip():
@@ -96,29 +109,41 @@ class JsonLinesSource:
             item = self._item(raw, f"line {self._number}", self._seen)
             if item is not None:
                 yield item
+            if self._state_failure is not None:
+                raise self._state_failure
 
     def _item(self, raw: bytes, where: str, seen: SeenIds) -> Work | InvalidInput | None:
         """What one line is for this run: None if an earlier run recorded it (or settles it now)."""
         item = parse_line(raw, where)
         resume = self._resume
         if isinstance(item, InvalidInput):
-            return None if resume is not None and where in resume.invalid_lines else item
+            item = replace(item, digest=line_digest(raw))
+            return None if resume is not None and resume.recorded_invalid(item) else item
         if resume is not None:
             if item.id in resume.skip:
                 return None  # it has its final record from an earlier run, or is being settled now
             if item.id in resume.resumed:
                 item = replace(item, resumed=True)
-        if not seen.add(item.id):
-            if resume is not None and where in resume.invalid_lines:
-                return None  # recorded as a duplicate by an earlier run
-            return InvalidInput(where, item.id, f"duplicate id {item.id!r}")
+        try:
+            fresh = seen.add(item.id)
+        except StateNotWritten as failure:
+            if not self._pipe:
+                raise  # a file: the next run reads this line again
+            # A pipe's line cannot be read again: it is taken in (the stop records it), then reading stops.
+            self._state_failure = failure
+            return item
+        if not fresh:
+            duplicate = InvalidInput(where, item.id, f"duplicate id {item.id!r}", digest=line_digest(raw))
+            return None if resume is not None and resume.recorded_invalid(duplicate) else duplicate
         return item
 
-    def _lines(self, stream: BinaryIO, stop: threading.Event) -> Iterator[bytes]:
+    def _lines(self, stream: BinaryIO, stop: SelectableEvent) -> Iterator[bytes]:
         """Whole lines, each cut at ``MAX_LINE_BYTES + 1`` (enough to be refused as too long: the rest
         is read past); a last line without its newline counts once the input has ended (not when following)."""
         while not stop.is_set():
-            chunk = stream.readline(MAX_LINE_BYTES + 1)
+            chunk = self._piece(stream, stop) if self._pipe else stream.readline(MAX_LINE_BYTES + 1)
+            if chunk is None:
+                return
             if not chunk:
                 if not self._follow:
                     if self._partial or self._too_long:
@@ -132,6 +157,22 @@ class JsonLinesSource:
                 self._too_long = len(self._partial) > MAX_LINE_BYTES
             if chunk.endswith(b"\n"):
                 yield self._end_line()
+
+    def _piece(self, stream: BinaryIO, stop: SelectableEvent) -> bytes | None:
+        """A pipe's ``readline(MAX_LINE_BYTES + 1)`` that a stop wakes: the next piece of a line (up to its
+        newline, if read already), b"" at the end of the input, None once ``stop`` is set while the pipe had
+        nothing to give. Read from the file descriptor: a buffered reader would hold bytes poll() cannot see."""
+        piece = self._unread.readline(MAX_LINE_BYTES + 1)
+        if piece:
+            return piece
+        waiting = select.poll()
+        waiting.register(stream, select.POLLIN)
+        waiting.register(stop, select.POLLIN)
+        waiting.poll()
+        if stop.is_set():
+            return None
+        self._unread = io.BytesIO(os.read(stream.fileno(), _PIPE_CHUNK))
+        return self._unread.readline(MAX_LINE_BYTES + 1)
 
     def _end_line(self) -> bytes:
         line, self._partial, self._too_long = self._partial, b"", False

@@ -10,11 +10,12 @@ import select
 import socket
 import ssl
 import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 from .. import defaults
 from ..clock import Clock, monotonic
-from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterSend, StaleConnection
+from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterSend, SendFenced, StaleConnection
 from ..limits.timestamps import ServerClock
 from ..parts import Answer
 from ..profile import Profile, RequestShape, Signer
@@ -55,6 +56,8 @@ class HttpTransport:
 
     * ``ConnectFailed``: refused, name not resolved, TLS handshake failed or connect
       timed out; nothing was sent.
+    * ``SendFenced``: ``may_send`` (the key's, a shared key's lease by its own deadline),
+      asked as the last step before the request is written, said no; nothing was sent.
     * ``StaleConnection``: a reused keep-alive connection failed before any byte of the
       answer (the server had closed it); resending the same nonce is safe.
     * ``AnswerTimedOut`` / ``ResetAfterSend`` (both ``NoAnswer``): the request was
@@ -78,6 +81,7 @@ class HttpTransport:
         profile: Profile | None = None,
         signer: Signer | None = None,
         server_clock: ServerClock | None = None,
+        may_send: Callable[[], bool] = lambda: True,
         clock: Clock = monotonic,
     ) -> None:
         profile = profile or Profile("reference", "the contract")
@@ -91,6 +95,7 @@ class HttpTransport:
         # Keep-Alive announcement (read on each connection's first answer); and since when it has.
         self._idle_limit = math.inf
         self._idle_since = math.inf
+        self._may_send = may_send
         self._clock = clock
 
     def __repr__(self) -> str:
@@ -117,6 +122,8 @@ class HttpTransport:
         if not reused:
             self._connect()
         sent_ms = self._server_clock.wall_ms() if self._server_clock is not None else 0.0
+        if not self._may_send():  # last: the build and the connect may have outlasted the lease the worker checked
+            raise SendFenced("the key's lease ended before the request could leave")
         try:
             connection.request(method, target, body, headers)
             response = connection.getresponse()

@@ -37,11 +37,13 @@ class KeyState:
     def __repr__(self) -> str:
         return f"<KeyState {self.name} {'locked' if self._fd is not None else 'unlocked'}>"
 
-    def lock(self) -> None:
-        """Take the key for this process; raises KeyInUse (naming the holder's pid) if another has it."""
+    def lock(self, *, shared: bool = False) -> None:
+        """Take the key for this process; raises KeyInUse (naming the holder's pid) if another has it.
+        ``shared``: for a member of a work stream, which shares the key with the other members on this host
+        (its lease in the store says who drives it) but never with a daemon that takes it for itself alone."""
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
@@ -64,10 +66,11 @@ class KeyState:
         """The rate-limit strikes this key has had from this host, in every run so far (0 if none)."""
         return _read_number(self.strikes_path)
 
-    def write_strikes(self, strikes: int) -> None:
-        """Record the key's strikes so far durably: a restarted daemon must not get a fresh budget while
-        the server's count never resets."""
+    def write_strikes(self, strikes: int) -> int:
+        """Record the key's strikes so far durably, and return them (this process alone drives the key):
+        a restarted daemon must not get a fresh budget while the server's count never resets."""
         _write_durably(self.strikes_path, strikes)
+        return strikes
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""

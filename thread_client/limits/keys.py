@@ -43,7 +43,7 @@ class ApiKey:
 
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
-        name: str | None = None, strikes_before: int = 0, remember_strikes: Callable[[int], None] = lambda total: None,
+        name: str | None = None, strikes_before: int = 0, remember_strikes: Callable[[int], int] = lambda total: total,
         epoch: Callable[[], object] = lambda: None,
     ) -> None:
         self.secret = secret
@@ -52,18 +52,23 @@ class ApiKey:
         self.limiter = limiter
         # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
         self.may_send = may_send
-        # Changes whenever another sender may have used the key since (a shared key's lease fence): a 400 to a
-        # nonce sent again proves its first copy accepted only if nobody else sent on the key in between.
+        # Changes whenever another sender may have used the key since (a shared key's lease fence, and a new value
+        # once the lease's deadline has passed): a 400 to a nonce sent again proves its first copy accepted only if
+        # nobody else sent on the key in between.
         self.epoch = epoch
-        # Guards _retired_because and the strike counts; a key is retired at most once.
+        # Guards _retired_because, the strike counts and _watched; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
         self._strikes = 0
         self._lifetime_strikes = strikes_before  # this run's and every earlier run's (the server forgets none)
-        # Called with the lifetime count after each strike, before the strike is acted on (it is durable then);
-        # one call at a time, so the count remembered last is never a smaller one.
+        # Called once per strike with the lifetime count after it, before the strike is acted on (it is durable
+        # then); one call at a time, so the count remembered last is never a smaller one. Returns the lifetime
+        # count remembered: a store shared with other members counts theirs too, so it may be larger.
         self._remember_strikes = remember_strikes
         self._remembering = threading.Lock()
+        # When each send on this key still watched for its late answer timed out (a server may stamp it until
+        # the watch's cap): what a shared key's next owner must wait out.
+        self._watched: collections.Counter[float] = collections.Counter()
 
     def __repr__(self) -> str:
         state = f"retired ({self._retired_because})" if self._retired_because else "active"
@@ -85,17 +90,43 @@ class ApiKey:
 
     def strike(self) -> tuple[int, int]:
         """Count one unexplained 429 on this key and remember it across runs; returns the counts so
-        far, in this run and in all runs. Raises OSError if the count could not be made durable (it
-        is counted in this run all the same)."""
+        far, in this run and in all runs (every member's, for a shared key). Raises OSError (a file)
+        or StoreUnavailable (the shared store) if the count could not be made durable (it is counted
+        in this run all the same)."""
         with self._lock:
             self._strikes += 1
             self._lifetime_strikes += 1
-            counts = self._strikes, self._lifetime_strikes
+            strikes = self._strikes
         with self._remembering:
             with self._lock:
                 latest = self._lifetime_strikes
-            self._remember_strikes(latest)
-        return counts
+            remembered = self._remember_strikes(latest)
+        return strikes, self.carry_strikes(remembered)
+
+    def carry_strikes(self, lifetime: int) -> int:
+        """Take on the lifetime count the key's durable record holds (a shared key's, when its lease is
+        taken: other members' strikes count too); a smaller one changes nothing. Returns the count."""
+        with self._lock:
+            self._lifetime_strikes = max(self._lifetime_strikes, lifetime)
+            return self._lifetime_strikes
+
+    def watch_started(self, timed_out_at: float) -> None:
+        """A send on this key got no answer by ``timed_out_at`` (this process's clock); its connection is now
+        watched for the server's late sign."""
+        with self._lock:
+            self._watched[timed_out_at] += 1
+
+    def watch_ended(self, timed_out_at: float) -> None:
+        """The watch of the send that timed out at ``timed_out_at`` ended: a sign came, or the cap passed."""
+        with self._lock:
+            self._watched[timed_out_at] -= 1
+            if not self._watched[timed_out_at]:
+                del self._watched[timed_out_at]
+
+    def watched_since(self) -> float | None:
+        """When the latest send still watched for its late answer timed out; None if none is."""
+        with self._lock:
+            return max(self._watched, default=None)
 
     def retire(self, reason: str) -> bool:
         """Stop using this key for good; True for the call that retired it."""

@@ -8,6 +8,7 @@ import threading
 from typing import Callable
 
 from ..clock import WallMicros, wall_micros
+from ..errors import StateNotWritten
 
 __all__ = ["BLOCK", "INT64_MAX", "NonceGenerator", "Reserve"]
 
@@ -17,7 +18,8 @@ INT64_MAX = 2**63 - 1
 BLOCK = 10_000_000
 #: Called with the nonce about to be used once it passes the reserved block; returns the next block
 #: (first, last), ``first`` at or above the one asked for, made safe (durable, or held in the store)
-#: before it returns. May raise: then no nonce is handed out.
+#: before it returns. May raise: then no nonce is handed out (an OSError, a mark the state dir refused,
+#: is raised as StateNotWritten).
 Reserve = Callable[[int], tuple[int, int]]
 
 
@@ -53,13 +55,17 @@ class NonceGenerator:
         return self._last
 
     def next(self) -> int:
-        """The next nonce; raises OverflowError past the signed 64-bit range."""
+        """The next nonce; raises OverflowError past the signed 64-bit range, and StateNotWritten if the
+        durable mark of the next block could not be written (no nonce is handed out)."""
         with self._lock:
             nonce = max(self._last + 1, self._clock())
             if nonce > INT64_MAX:
                 raise OverflowError("nonce would not fit in a signed 64-bit integer")
             if self._reserve is not None and nonce > self._reserved_to:
-                first, self._reserved_to = self._reserve(nonce)
+                try:
+                    first, self._reserved_to = self._reserve(nonce)
+                except OSError as exc:
+                    raise StateNotWritten("a nonce mark", exc) from exc
                 nonce = max(nonce, first)
             self._last = nonce
             return nonce

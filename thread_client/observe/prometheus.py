@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Iterator
-from wsgiref.simple_server import WSGIServer
+from typing import Iterator, Sequence
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..threads import LoopThread, ManagedThread
 from .status import StatusReader
 
 __all__ = ["LATENCY_BUCKETS", "DaemonCollector", "MetricsServer"]
@@ -106,18 +107,30 @@ class DaemonCollector(Collector):
             yield HistogramMetricFamily(f"thread_client_{name}_latency_seconds", text, buckets=buckets, sum_value=total)
 
 
+class _Quiet(WSGIRequestHandler):
+    """Logs no scrape (one every few seconds would flood the log)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 class MetricsServer:
-    """Serves ``/metrics`` on 127.0.0.1:``port`` from a thread of prometheus_client's; ``port`` 0 picks one."""
+    """Serves ``/metrics`` on 127.0.0.1:``port`` (0 picks one), bound at once; its serving thread is made here
+    and never started (``OwnsThreads``): the daemon supervises, starts and joins it as its own, so a death is
+    logged and restarted, or stops the daemon, instead of leaving the port silent for the rest of the run."""
 
     def __init__(self, read_status: StatusReader, port: int, host: str = "127.0.0.1") -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(DaemonCollector(read_status))
-        self._server: WSGIServer
-        self._thread: threading.Thread
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self._server = make_server(host, port, make_wsgi_app(registry), ThreadingWSGIServer, handler_class=_Quiet)
         self.port: int = self._server.server_port
+        self._thread = LoopThread("metrics-server", self._server.serve_forever)
+
+    def threads(self) -> Sequence[ManagedThread]:
+        return [self._thread]
 
     def close(self) -> None:
-        self._server.shutdown()
+        """Stop serving (the thread then ends) and close the port; returns at once if it is not serving."""
+        if self._thread.is_alive():  # shutdown() waits for a serving loop: it would wait for ever without one
+            self._server.shutdown()
         self._server.server_close()
-        self._thread.join(5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+import traceback
 from pathlib import Path
 
 from .nemesis import FAULTS
@@ -27,7 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     played: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
     for seed in seeds:
-        result = play_seed(seed, args.seconds, lambda line: print(line, flush=True), args.keep)
+        try:
+            result = play_seed(seed, args.seconds, lambda line: print(line, flush=True), args.keep)
+        except Exception:  # noqa: BLE001 - a harness failure is reported with its seed, and the next seed runs
+            print(f"seed {seed}: the harness failed\n{traceback.format_exc()}", flush=True)
+            kinds["harness"] += 1
+            failed.append(seed)
+            continue
         played.update(fault.kind for fault in result.timeline)
         kinds.update(violation.kind for violation in result.violations)
         verdict = "ok" if not result.violations else f"{len(result.violations)} VIOLATED"

@@ -107,7 +107,8 @@ def _check_records(history: History) -> list[Violation]:
     if strays:
         violations.append(Violation("stray_record", f"{len(strays)} records name no line of the input",
                                     tuple(str(record.fields.get("id")) for record in strays)))
-    if history.torn_records:
+    if history.torn_records and not system.disk_full:
+        # A full disk may cut a line short; the next write ends it, and the rerun records its request again.
         violations.append(Violation("torn_record", f"{history.torn_records} lines of the results are not JSON"))
     for run in system.runs:
         if run.partial_line and run.stopped_by != signal.SIGKILL:
@@ -196,7 +197,7 @@ def _check_runs(history: History) -> list[Violation]:
                                         f"see {run.log}"))
         if any(key in text for key in DEFAULT_KEYS):
             violations.append(Violation("secret_shown", f"run {run.number} ({run.member}) printed a key whole"))
-        violations += _check_exit(run, runs)
+        violations += _check_exit(run, runs, history.system.disk_full)
         summary = run.summary()
         if summary is not None:
             if not summary.get("identity_holds", False):
@@ -209,9 +210,12 @@ def _check_runs(history: History) -> list[Violation]:
     return violations
 
 
-def _check_exit(run: DaemonRun, runs: list[DaemonRun]) -> list[Violation]:
+def _check_exit(run: DaemonRun, runs: list[DaemonRun], disk_full: list[tuple[float, float]] = ()) -> list[Violation]:
     if run.stopped_by == signal.SIGKILL:
         return []
+    ended = run.ended if run.ended is not None else float("inf")
+    if run.exit_code == 1 and any(start <= ended and run.started <= end for start, end in disk_full):
+        return []  # an output file is not writable: the documented stop on a full disk
     if run.exit_code is None:
         return [Violation("exit", f"run {run.number} ({run.member}) never ended")]
     if run.exit_code == 0:

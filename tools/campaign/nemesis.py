@@ -39,11 +39,13 @@ class Fault:
 @dataclass(frozen=True)
 class FaultKind:
     topologies: tuple[str, ...]
-    #: What it hits: "exchange", "proxy", "daemon", "store"; faults on one part never overlap.
+    #: What it hits: "exchange", "proxy", "daemon", "store", "disk"; faults on one part never overlap.
     part: str
     play: Callable[["System", Fault], None]
     #: It needs a member's name as its target.
     per_member: bool = False
+    #: It needs the setting's small disk.
+    small_disk: bool = False
 
 
 def _exchange_freeze(system: "System", fault: Fault) -> None:
@@ -87,6 +89,10 @@ def _daemon_pause(system: "System", fault: Fault) -> None:
     system.pause_daemon(fault.target, fault.length)
 
 
+def _disk_full(system: "System", fault: Fault) -> None:
+    system.fill_disk(fault.length)
+
+
 def _store_restart(system: "System", fault: Fault) -> None:
     system.restart_store(signal.SIGKILL if fault.length > 3 else signal.SIGTERM, down_for=min(fault.length, 4))
 
@@ -114,6 +120,7 @@ FAULTS: dict[str, FaultKind] = {
     "daemon-term": FaultKind(ANY, "daemon", _daemon_signal(signal.SIGTERM), per_member=True),
     "daemon-int": FaultKind(ANY, "daemon", _daemon_signal(signal.SIGINT), per_member=True),
     "daemon-pause": FaultKind(ANY, "daemon", _daemon_pause, per_member=True),
+    "disk-full": FaultKind(("single",), "disk", _disk_full, small_disk=True),
     "store-restart": FaultKind(("cluster",), "store", _store_restart),
     "store-client-kill": FaultKind(("cluster",), "store", _store_client_kill),
     "store-cut-member": FaultKind(("cluster",), "store", _store_cut_member, per_member=True),
@@ -124,7 +131,8 @@ FAULTS: dict[str, FaultKind] = {
 def draw_timeline(setting: "Setting") -> list[Fault]:
     """One to five faults at random times within the first 70 % of the run, each 0.3 to 8 s long."""
     rng = random.Random(setting.seed + 2)
-    kinds = sorted(name for name, kind in FAULTS.items() if setting.topology in kind.topologies)
+    kinds = sorted(name for name, kind in FAULTS.items()
+                   if setting.topology in kind.topologies and (setting.small_disk or not kind.small_disk))
     members = [f"m{n}" for n in range(1, setting.members + 1)]
     faults = []
     for _ in range(rng.randint(1, 5)):

@@ -90,7 +90,7 @@ def _line_ids(system: Outputs) -> dict[str, int]:
     for index, raw in enumerate(system.lines):
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             continue
         if isinstance(value, dict) and isinstance(value.get("id"), str) and value["id"].startswith("c-"):
             ids[value["id"]] = index
@@ -107,7 +107,7 @@ def _read_records(path, run_lines: list[int] | None, ids: dict[str, int]) -> tup
     for raw in text.splitlines():
         try:
             fields = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             torn += 1
             continue
         if not isinstance(fields, dict) or "outcome" not in fields:

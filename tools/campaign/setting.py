@@ -48,6 +48,8 @@ class Setting:
     tls: bool
     requests: int
     odd_lines: int
+    #: A single daemon's results file and state dir are on a small filesystem of their own that a fault fills.
+    small_disk: bool
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -62,6 +64,8 @@ def draw_setting(seed: int, seconds: float) -> Setting:
         source, results, members = "stream", "stream", rng.randint(2, 4)
     else:
         source, results, members = rng.choice(("file", "file", "pipe", "generate")), rng.choice(("file", "stdout")), 1
+        if delivery == "exactly-once" and source != "generate":
+            results = "file"  # exactly-once journals its sends beside the results file: stdout is refused
     threads = 1 if delivery == "exactly-once" else rng.randint(1, 4)
     max_latency_ms = rng.choice((5, 20, 50, 50, 90, 150))
     fail_rate = rng.choice((0.0, 0.0, 0.01, 0.03))
@@ -72,8 +76,9 @@ def draw_setting(seed: int, seconds: float) -> Setting:
     speed = 90 * 1001 / (1001 + 2 * max_latency_ms)
     requests = max(50, int(speed * seconds * 0.6))
     odd = rng.choice((0, 0, 3, len(ODD_LINES))) if source in ("file", "pipe") else 0
+    small_disk = topology == "single" and rng.random() < 0.3
     return Setting(seed, seconds, topology, members, delivery, source, results, threads, max_latency_ms, fail_rate,
-                   drop_rate, idle_timeout, tls, requests, odd)
+                   drop_rate, idle_timeout, tls, requests, odd, small_disk)
 
 
 def input_lines(setting: Setting) -> list[bytes]:
@@ -96,7 +101,8 @@ BAD_NUMBERS = ("", "0", "-1", "-0.5", "1e400", "nan", "inf", "999999999999999999
 #: Flags that take a path or an address, and values no run can use.
 PATH_FLAGS = ("--keys-file", "--profile", "--source", "--ca-file", "--state-dir", "--results", "--graveyard",
               "--summary-json", "--log-file", "--url")
-BAD_PATHS = ("", "/nonexistent/dir/file", "/proc/self/mem", "/", "http://[::1", "redis://", "-" * 5000)
+#: ``{folder}`` is the seed's own folder: the daemon may create what a path names, so none lies outside it.
+BAD_PATHS = ("", "{folder}/missing/dir/file", "/proc/self/mem", "{folder}", "http://[::1", "redis://", "-" * 5000)
 
 
 def draw_bad_command_line(seed: int) -> list[str]:

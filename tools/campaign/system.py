@@ -31,6 +31,8 @@ STREAM = "work"
 GROUP = "members"
 #: How long a daemon asked to stop (SIGTERM, SIGINT) may take before it is killed: its drain, and more.
 STOP_TIMEOUT_S = 60.0
+#: The small disk under the results file and the state dirs: room for the seed's records many times over.
+SMALL_DISK_BYTES = 16 * 1024 * 1024
 
 
 class _Pipe:
@@ -88,7 +90,12 @@ class System:
         self.input_file = folder / "input.jsonl"
         self.input_file.write_bytes(b"".join(line + b"\n" for line in self.lines))
         self.ledger_file = folder / "ledger.jsonl"
-        self.results_file = folder / "results.jsonl"
+        # The results file and the state dirs: on a small filesystem of their own where a fault fills the disk.
+        self.disk = folder / "disk"
+        self.disk.mkdir(exist_ok=True)
+        self.results_file = self.disk / "results.jsonl"
+        #: When the disk was full: (start, end) on the monotonic clock.
+        self.disk_full: list[tuple[float, float]] = []
         self.runs: list[DaemonRun] = []
         self.outputs = Outputs(setting, self.lines, self.runs, self.results_file, self.stream_records)
         self._tls = tls_setup(folder) if setting.tls else None
@@ -112,6 +119,9 @@ class System:
     # -- the parts -----------------------------------------------------------------------------------
 
     def __enter__(self) -> "System":
+        if self.setting.small_disk:
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(self.disk)],
+                           check=True, capture_output=True)
         self.exchange.start()
         self.proxy = TcpProxy(self.exchange.port).start()
         if self.setting.topology == "cluster":
@@ -131,6 +141,16 @@ class System:
         self.exchange.stop()
         if self.store is not None:
             self.store.stop()
+        if self.setting.small_disk:
+            self.unmount()
+
+    def unmount(self) -> None:
+        """Copy what the small disk holds into the seed's folder (the checker reads it after) and unmount it."""
+        kept = self.folder / "disk-kept"
+        subprocess.run(["cp", "-a", f"{self.disk}/.", str(kept)], capture_output=True)
+        subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
+        self.results_file = kept / "results.jsonl"
+        self.outputs.results_file = self.results_file
 
     @property
     def exchange_url(self) -> str:
@@ -163,8 +183,9 @@ class System:
         with self._lock:
             if member in self._processes and self._processes[member][0].poll() is None:
                 return None
-            run = DaemonRun(member, len(self.runs) + 1, self.folder / f"run-{len(self.runs) + 1}-{member}", [])
-            run.folder.mkdir()
+            number = len(self.runs) + 1
+            run = DaemonRun(member, number, self.folder / f"run-{number}-{member}", [])
+            run.folder.mkdir(exist_ok=True)  # a start that found nothing to do left it empty
             args, pipe = self._daemon_args(run)
             if args is None:
                 return None
@@ -188,7 +209,7 @@ class System:
 
     def _daemon_args(self, run: DaemonRun) -> tuple[list[str] | None, _Pipe | None]:
         setting = self.setting
-        args = ["--url", self.exchange_url, "--state-dir", str(self.folder / f"state-{run.member}"),
+        args = ["--url", self.exchange_url, "--state-dir", str(self.disk / f"state-{run.member}"),
                 "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
                 "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
         if setting.delivery == "at-least-once":
@@ -302,6 +323,24 @@ class System:
         finally:
             self.store.limit_memory(0)
 
+    def fill_disk(self, seconds: float) -> None:
+        """Fill the small disk to the last byte for ``seconds``, then make room again."""
+        filler = self.disk / "filler"
+        started = time.monotonic()
+        descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            chunk = b"\0" * 65536
+            while chunk:
+                try:
+                    os.write(descriptor, chunk)
+                except OSError:  # no room for this much: try less, down to the last byte
+                    chunk = chunk[: len(chunk) // 2]
+            time.sleep(seconds)
+        finally:
+            os.close(descriptor)
+            filler.unlink(missing_ok=True)
+            self.disk_full.append((started, time.monotonic()))
+
     def cut_member_from_store(self, member: str, seconds: float) -> None:
         proxy = self._store_proxies[member]
         proxy.cut()
@@ -367,7 +406,8 @@ def refuse_bad_command_line(flags: list[str], folder: Path) -> subprocess.Comple
     value turned out usable."""
     command = [sys.executable, "-m", "thread_client", "--url", f"http://127.0.0.1:{free_port()}", "--duration", "3",
                "--outage-after", "1", "--state-dir", str(folder / "state-bad"), "--summary-json",
-               str(folder / "bad-summary.json"), "--graveyard", str(folder / "bad-graveyard.jsonl"), *flags]
+               str(folder / "bad-summary.json"), "--graveyard", str(folder / "bad-graveyard.jsonl"),
+               *(flag.replace("{folder}", str(folder / "bad")) for flag in flags)]
     try:
         return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=20,
                               stdin=subprocess.DEVNULL)
