@@ -209,6 +209,7 @@ class ExchangeState:
         ban_after: int | None = None,
         ban_s: float = 10.0,
         ledger: Ledger | None = None,
+        banned_for: float = 0.0,
     ) -> None:
         self._rate = rate
         self._max_429 = max_429
@@ -229,7 +230,7 @@ class ExchangeState:
         # The ban (--ban-after): when the recent 429s happened, until when every key is banned, and the next length.
         self._ban_after = ban_after
         self._recent_429: collections.deque[float] = collections.deque()
-        self._banned_until = 0.0
+        self._banned_until = time.monotonic() + banned_for if banned_for > 0 else 0.0
         self._ban_s = ban_s
         self._bans = 0
         self._banned_answers = 0
@@ -283,6 +284,11 @@ class ExchangeState:
                 self._bad_signature += 1
             else:
                 self._bad_timestamp += 1
+
+    @property
+    def bans(self) -> bool:
+        """Whether any request may meet a ban: --ban-after, or --banned-for at the start."""
+        return self._ban_after is not None or self._banned_until > 0
 
     def ban_left(self) -> float:
         """Seconds the ban has left (counting this request as one sent into it), or 0."""
@@ -500,7 +506,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             if status is not None:
                 self._answer(status, payload, **kwargs)
 
-        if modes.ban_after is not None:
+        if state.bans:
             left = state.ban_left()
             if left > 0:
                 answer("banned", 418, error_body(MSG_BANNED), headers={"Retry-After": str(math.ceil(left))})
@@ -761,6 +767,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        "X-Signature header over X-Timestamp, the key, X-Recv-Window and the body (401 if wrong)")
     modes.add_argument("--ban-after", type=int, metavar="N",
                        help="N 429s within a minute ban every key: 418 with Retry-After (default off)")
+    modes.add_argument("--banned-for", type=float, default=0.0, metavar="SECONDS",
+                       help="ban every key (418 with Retry-After) for this long after the start, as a host ban a "
+                       "restart walks into (default 0: none)")
     modes.add_argument("--ban-seconds", type=float, default=10.0,
                        help="the first ban's length; each next ban lasts twice the last (default %(default)s)")
     args = parser.parse_args(argv)
@@ -792,6 +801,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--sign needs a secret for every key: KEY SECRET per line of --keys-file")
     if args.ban_after is not None and args.ban_after < 1:
         parser.error(f"--ban-after must be at least 1, got {args.ban_after}")
+    if not 0 <= args.banned_for < math.inf:
+        parser.error(f"--banned-for must be 0 or more seconds, got {args.banned_for}")
     if not args.ban_seconds > 0 or args.recv_window_ms < 1:
         parser.error("--ban-seconds and --recv-window-ms must be positive")
     args.modes = Modes(
@@ -814,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"original_server.py: error: cannot use --ledger {args.ledger}: {exc.strerror}", file=sys.stderr)
         return 2
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked, ban_after=args.ban_after,
-                          ban_s=args.ban_seconds, ledger=ledger)
+                          ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for)
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,

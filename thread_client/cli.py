@@ -26,8 +26,8 @@ from .cluster.store_watch import StoreWatch
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
-from .errors import ConfigError, StateNotWritten, ThreadClientError
-from .exits import EXIT_HELP, OUTPUT_FAILED, exit_code_for
+from .errors import ConfigError, StateNotWritten, StoreUnavailable, ThreadClientError
+from .exits import EXIT_HELP, OUTPUT_FAILED, STORE_NOT_REACHED, exit_code_for
 from .io.graveyard import Graveyard
 from .io.results import Results
 from .io.resume import ResumePoint, SendJournal
@@ -411,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:  # the work stream's store is away (a restart): try again later, not a bad setting
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exit_code_for(STORE_NOT_REACHED)
     except StateNotWritten as exc:  # a full or failing state dir: the output failure it is at run time too
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exit_code_for(OUTPUT_FAILED)

@@ -338,3 +338,14 @@ def test_an_unwritable_ledger_is_one_line_and_exit_2(tmp_path):
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "cannot use --ledger" in result.stderr
+
+
+def test_banned_for_answers_418_with_retry_after_to_every_key_until_it_ends(start_server, tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "0", "--banned-for", "30", "--ledger", str(ledger))
+    answer = requests.get(f"{server.url}/api/request", params={"api_key": KEYS[2], "nonce": 1, "req_id": "b"}, timeout=5)
+    assert answer.status_code == 418 and 29 <= int(answer.headers["Retry-After"]) <= 30
+    assert [(line["verdict"], line["status"]) for line in read_ledger(ledger)] == [("banned", 418)]
+    assert server.stats()["totals"]["accepted"] == 0
+    unbanned = start_server("--max-latency-ms", "0", "--banned-for", "0")
+    assert call(unbanned, api_key=KEYS[2], nonce=1, req_id="b")[0] == 200

@@ -281,3 +281,16 @@ def test_a_state_dir_that_refuses_a_write_at_start_is_the_output_failure_not_a_b
     assert cli.main(["--source", "generate", "--duration", "1"]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "could not be written to the state dir (No space left on device)" in error
+
+
+def test_a_store_that_does_not_answer_at_start_is_exit_4_never_the_bad_setting_2(capsys):
+    """A member started while its store restarts (campaign seed 103) must be started again by a supervisor
+    that keeps bad settings (exit 2) down: one line, exit 4, as for an exchange never reached."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    from thread_client import cli
+
+    assert cli.main(["--source", f"redis://127.0.0.1:{port}/0?stream=w", "--duration", "1"]) == 4
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "store does not answer" in error

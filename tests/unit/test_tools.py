@@ -44,3 +44,24 @@ def test_the_jsonl_row_must_stay_within_one_percent_of_saturate():
     assert "  [met] jsonl: within 1% of the saturate row's accepted/s" in verdicts(close, [saturate, close])
     assert "  [MISSED] jsonl: within 1% of the saturate row's accepted/s" in verdicts(slow, [saturate, slow])
     assert not any("saturate row" in line for line in verdicts(close, [close]))  # nothing to compare with
+
+
+def test_the_proxy_s_half_close_ends_the_way_to_the_client_and_keeps_the_way_up():
+    """What the campaign's proxy-half-close plays: the client reads the end of its connection, while what
+    it had sent still reaches the server."""
+    import socket
+
+    from tools.harness.tcp_proxy import TcpProxy
+
+    with socket.create_server(("127.0.0.1", 0)) as server, TcpProxy(server.getsockname()[1]) as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        upstream, _ = server.accept()
+        upstream.settimeout(5)
+        client.sendall(b"before")
+        assert upstream.recv(6) == b"before"
+        proxy.half_close()
+        assert client.recv(10) == b""  # the end of the connection, no answer
+        client.sendall(b"after")
+        assert upstream.recv(5) == b"after"
+        client.close()
+        upstream.close()

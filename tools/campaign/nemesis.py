@@ -39,7 +39,7 @@ class Fault:
 @dataclass(frozen=True)
 class FaultKind:
     topologies: tuple[str, ...]
-    #: What it hits: "exchange", "proxy", "daemon", "store", "disk"; faults on one part never overlap.
+    #: What it hits: "exchange", "proxy", "daemon", "store", "disk", "keys"; faults on one part never overlap.
     part: str
     play: Callable[["System", Fault], None]
     #: It needs a member's name as its target.
@@ -60,6 +60,10 @@ def _exchange_unavailable(system: "System", fault: Fault) -> None:
     system.exchange_unavailable(fault.length)
 
 
+def _exchange_ban(system: "System", fault: Fault) -> None:
+    system.exchange_banning(fault.length)
+
+
 def _proxy_delay(system: "System", fault: Fault) -> None:
     system.proxy.delay = 0.02 + fault.length / 40
     try:
@@ -74,6 +78,16 @@ def _proxy_cut(system: "System", fault: Fault) -> None:
         time.sleep(fault.length)
     finally:
         system.proxy.restore()
+
+
+def _proxy_half_close(system: "System", fault: Fault) -> None:
+    """Half-close the connections open now, and again every half second for the fault's length."""
+    ends = time.monotonic() + fault.length
+    while True:
+        system.proxy.half_close()
+        if time.monotonic() + 0.5 > ends:
+            return
+        time.sleep(0.5)
 
 
 def _daemon_signal(sig: signal.Signals) -> Callable[["System", Fault], None]:
@@ -91,6 +105,10 @@ def _daemon_pause(system: "System", fault: Fault) -> None:
 
 def _disk_full(system: "System", fault: Fault) -> None:
     system.fill_disk(fault.length)
+
+
+def _keys_change(system: "System", fault: Fault) -> None:
+    system.change_keys(fault.length)
 
 
 def _store_restart(system: "System", fault: Fault) -> None:
@@ -114,13 +132,16 @@ FAULTS: dict[str, FaultKind] = {
     "exchange-freeze": FaultKind(ANY, "exchange", _exchange_freeze),
     "exchange-restart": FaultKind(ANY, "exchange", _exchange_restart),
     "exchange-503-burst": FaultKind(ANY, "exchange", _exchange_unavailable),
+    "exchange-418-ban": FaultKind(ANY, "exchange", _exchange_ban),
     "proxy-delay": FaultKind(ANY, "proxy", _proxy_delay),
     "proxy-cut": FaultKind(ANY, "proxy", _proxy_cut),
+    "proxy-half-close": FaultKind(ANY, "proxy", _proxy_half_close),
     "daemon-kill": FaultKind(ANY, "daemon", _daemon_signal(signal.SIGKILL), per_member=True),
     "daemon-term": FaultKind(ANY, "daemon", _daemon_signal(signal.SIGTERM), per_member=True),
     "daemon-int": FaultKind(ANY, "daemon", _daemon_signal(signal.SIGINT), per_member=True),
     "daemon-pause": FaultKind(ANY, "daemon", _daemon_pause, per_member=True),
     "disk-full": FaultKind(("single",), "disk", _disk_full, small_disk=True),
+    "keys-file-change": FaultKind(("single",), "keys", _keys_change),
     "store-restart": FaultKind(("cluster",), "store", _store_restart),
     "store-client-kill": FaultKind(("cluster",), "store", _store_client_kill),
     "store-cut-member": FaultKind(("cluster",), "store", _store_cut_member, per_member=True),

@@ -70,6 +70,8 @@ class Outputs:
     runs: list[DaemonRun]
     results_file: Path
     stream_records: Callable[[], list[dict]]
+    #: The work stream's entry id of each odd line written into it straight -> the line's index.
+    stream_entries: dict[str, int] = field(default_factory=dict)
 
     def records(self) -> tuple[list[Record], int]:
         """Every final record written so far, each tied to its line; and how many lines were not JSON (torn)."""
@@ -132,7 +134,12 @@ def _all_records(system: Outputs) -> tuple[list[Record], int]:
     ids = _line_ids(system)
     setting = system.setting
     if setting.topology == "cluster":
-        return [Record(fields, ids.get(fields.get("id"))) for fields in system.stream_records()], 0
+        records = []
+        for fields in system.stream_records():
+            where = str(fields.get("where", ""))
+            line = ids.get(fields.get("id"), system.stream_entries.get(where.removeprefix("entry ")))
+            records.append(Record(fields, line))
+        return records, 0
     if setting.source == "generate":
         return [], 0
     if setting.results == "stdout":

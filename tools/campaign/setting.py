@@ -50,6 +50,13 @@ class Setting:
     odd_lines: int
     #: A single daemon's results file and state dir are on a small filesystem of their own that a fault fills.
     small_disk: bool
+    #: "reference" (the contract), or "signed-post-json" (a signed JSON body and a millisecond timestamp in
+    #: headers, against the reference server's matching modes; at-least-once: a timestamp proves no fate).
+    profile: str
+
+    def secret(self, index: int) -> str:
+        """The secret of the key at ``index`` under a signing profile (checked never to show)."""
+        return f"sEcReT-{self.seed}-{index}-f00d"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -75,10 +82,11 @@ def draw_setting(seed: int, seconds: float) -> Setting:
     # About what five keys carry in the time, so the daemons are still busy when the faults come.
     speed = 90 * 1001 / (1001 + 2 * max_latency_ms)
     requests = max(50, int(speed * seconds * 0.6))
-    odd = rng.choice((0, 0, 3, len(ODD_LINES))) if source in ("file", "pipe") else 0
+    odd = rng.choice((0, 0, 3, len(ODD_LINES))) if source != "generate" else 0
     small_disk = topology == "single" and rng.random() < 0.3
+    profile = rng.choice(("reference", "reference", "signed-post-json")) if delivery == "at-least-once" else "reference"
     return Setting(seed, seconds, topology, members, delivery, source, results, threads, max_latency_ms, fail_rate,
-                   drop_rate, idle_timeout, tls, requests, odd, small_disk)
+                   drop_rate, idle_timeout, tls, requests, odd, small_disk, profile)
 
 
 def input_lines(setting: Setting) -> list[bytes]:

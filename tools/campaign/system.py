@@ -22,6 +22,8 @@ from ..harness.server_process import REPO_ROOT, ServerProcess
 from ..harness.tcp_proxy import TcpProxy
 from ..harness.tls import tls_setup
 from ..harness.valkey_process import ValkeyProcess
+from thread_client.config import DEFAULT_KEYS
+
 from .runs import DaemonRun, Outputs
 from .setting import Setting, input_lines
 
@@ -31,6 +33,8 @@ STREAM = "work"
 GROUP = "members"
 #: How long a daemon asked to stop (SIGTERM, SIGINT) may take before it is killed: its drain, and more.
 STOP_TIMEOUT_S = 60.0
+#: The reference server's modes the ``signed-post-json`` profile is made for.
+SIGNED_MODES = ("--key-header", "X-Api-Key", "--timestamp-ms", "--json-body", "--sign", "headers")
 #: The small disk under the results file and the state dirs: room for the seed's records many times over.
 SMALL_DISK_BYTES = 16 * 1024 * 1024
 
@@ -99,7 +103,11 @@ class System:
         self.runs: list[DaemonRun] = []
         self.outputs = Outputs(setting, self.lines, self.runs, self.results_file, self.stream_records)
         self._tls = tls_setup(folder) if setting.tls else None
+        self.keys_file = folder / "keys.txt"
+        self.write_keys(DEFAULT_KEYS)
+        signed = setting.profile == "signed-post-json"
         self._server_args = [
+            "--keys-file", str(self.keys_file), *(SIGNED_MODES if signed else ()),
             "--ledger", str(self.ledger_file), "--max-latency-ms", str(setting.max_latency_ms),
             "--fail-rate", str(setting.fail_rate), "--drop-rate", str(setting.drop_rate), "--seed", str(setting.seed),
             *(["--idle-timeout", str(setting.idle_timeout)] if setting.idle_timeout else []),
@@ -163,9 +171,35 @@ class System:
         return f"redis://127.0.0.1:{port}/0?stream={STREAM}&group={GROUP}"
 
     def _submit(self) -> None:
-        """The seed's input into the work stream, through ``thread-client submit`` as a user would."""
-        subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", self.store_url(), str(self.input_file)],
+        """The seed's requests into the work stream through ``thread-client submit``, as a user would; its odd
+        lines (which ``submit`` refuses) straight into the stream, as another producer might write them."""
+        valid = set(self.outputs.line_ids().values())
+        requests = self.folder / "submitted.jsonl"
+        requests.write_bytes(b"".join(self.lines[index] + b"\n" for index in sorted(valid)))
+        subprocess.run([sys.executable, "-m", "thread_client", "submit", "--to", self.store_url(), str(requests)],
                        check=True, capture_output=True, cwd=REPO_ROOT, timeout=120)
+        assert self.store is not None
+        with self.store.client() as client:
+            for index, raw in enumerate(self.lines):
+                if index not in valid:
+                    self.outputs.stream_entries[client.xadd(STREAM, {"request": raw})] = index
+
+    def write_keys(self, keys: tuple[str, ...]) -> None:
+        """The keys file of the daemons and the server: ``KEY SECRET`` under a signing profile, private."""
+        signed = self.setting.profile == "signed-post-json"
+        lines = [f"{key} {self.setting.secret(DEFAULT_KEYS.index(key))}" if signed else key for key in keys]
+        self.keys_file.write_text("".join(line + "\n" for line in lines))
+        self.keys_file.chmod(0o600)
+
+    def change_keys(self, seconds: float) -> None:
+        """The keys file names one key fewer, the rest in another order, for ``seconds`` (runs started
+        meanwhile read it), then all of them again."""
+        fewer = DEFAULT_KEYS[1:][::-1]
+        self.write_keys(fewer)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.write_keys(DEFAULT_KEYS)
 
     # -- the daemons ---------------------------------------------------------------------------------
 
@@ -212,6 +246,7 @@ class System:
         args = ["--url", self.exchange_url, "--state-dir", str(self.disk / f"state-{run.member}"),
                 "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
                 "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
+        args += ["--keys-file", str(self.keys_file), "--profile", setting.profile]
         if setting.delivery == "at-least-once":
             args += ["--threads-per-key", str(setting.threads_per_key)]
         if self._tls:
@@ -298,6 +333,14 @@ class System:
         """Most answers 503 with a Retry-After for ``seconds`` (a restart into that mode and back)."""
         retry_after = max(1, round(seconds / 3))
         self.restart_exchange(signal.SIGTERM, 0, ("--fail-rate", "0.6", "--retry-after", str(retry_after)))
+        try:
+            time.sleep(seconds)
+        finally:
+            self.restart_exchange(signal.SIGTERM, 0)
+
+    def exchange_banning(self, seconds: float) -> None:
+        """Every key banned (418 with Retry-After) for ``seconds``: a restart into a host ban, then back."""
+        self.restart_exchange(signal.SIGTERM, 0, ("--banned-for", f"{seconds:.2f}"))
         try:
             time.sleep(seconds)
         finally:
@@ -409,7 +452,8 @@ def refuse_bad_command_line(flags: list[str], folder: Path) -> subprocess.Comple
                str(folder / "bad-summary.json"), "--graveyard", str(folder / "bad-graveyard.jsonl"),
                *(flag.replace("{folder}", str(folder / "bad")) for flag in flags)]
     try:
-        return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=20,
-                              stdin=subprocess.DEVNULL)
+        # Run from the seed's folder: a relative path the daemon takes creates nothing in the repository.
+        return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     except subprocess.TimeoutExpired as expired:
         return subprocess.CompletedProcess(command, -1, str(expired.stdout or ""), str(expired.stderr or ""))

@@ -14,7 +14,8 @@ __all__ = ["TcpProxy"]
 
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``target_port``. ``cut()`` drops every connection and refuses new
-    ones (closed at once, like a firewall's reset) until ``restore()``. ``delay``: seconds each chunk
+    ones (closed at once, like a firewall's reset) until ``restore()``; ``half_close()`` ends every
+    connection's way to the client only. ``delay``: seconds each chunk
     waits before it is forwarded, either way (a request and its answer each take it once more); it
     may be changed at any time."""
 
@@ -89,6 +90,17 @@ class TcpProxy:
                     end.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def half_close(self) -> None:
+        """End every connection's way to the client (a FIN) and leave the rest open, as a proxy that gives
+        up on a slow upstream does: a request in flight reads the end of the connection, not its answer."""
+        with self._lock:
+            pairs = list(self._pairs)
+        for client, _ in pairs:
+            try:
+                client.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
     def restore(self) -> None:
         with self._lock:
