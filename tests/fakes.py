@@ -12,7 +12,7 @@ from thread_client.errors import TransportError
 from thread_client.parts import Answer
 
 __all__ = [
-    "Call", "ScriptedTransport", "Step", "UnscriptedSend", "answer", "blocked", "invalid_key", "invalid_nonce", "ok",
+    "Call", "Connect", "ScriptedTransport", "Step", "UnscriptedSend", "answer", "blocked", "invalid_key", "invalid_nonce", "ok",
     "rate_limited", "server_error", "unavailable",
 ]
 
@@ -29,6 +29,10 @@ class Call:
 #: What one send gets: an answer, an error to raise, or a callable called with the send's ``Call``
 #: that returns one of those two.
 Step = Union[Answer, TransportError, Callable[[Call], Union[Answer, TransportError]]]
+#: What opening one connection does: nothing (it opens at once), a ``TransportError`` to raise
+#: (``ConnectFailed("...")``), or a callable called right then (a slow TLS handshake: it may block) that
+#: returns one of those two.
+Connect = Union[None, TransportError, Callable[[], Union[None, TransportError]]]
 
 
 class UnscriptedSend(AssertionError):
@@ -50,14 +54,20 @@ class ScriptedTransport:
     A send past the end of the script raises ``UnscriptedSend`` and is remembered, so
     ``assert_played()`` fails even if the worker swallowed the error: the fake never makes up an
     answer. Safe for one sending thread plus the test thread; a callable step runs outside the lock.
+
+    Connections are scripted apart (``connects``): each one opened, by ``connect()`` or by a send
+    with none open (as ``HttpTransport`` does), plays the next ``Connect``; past their end a
+    connection opens at once. A step that raises, and ``close()``, leave no connection open.
     """
 
     endpoint = "scripted://exchange"
 
-    def __init__(self, steps: Iterable[Step]) -> None:
+    def __init__(self, steps: Iterable[Step], connects: Iterable[Connect] = ()) -> None:
         # Guards every field below: the sending thread writes them, the test thread reads them.
         self._lock = threading.Lock()
         self._steps: deque[Step] = deque(steps)
+        self._connects: deque[Connect] = deque(connects)
+        self._connected = False
         self._calls: list[Call] = []
         self._unscripted: list[Call] = []
         self._closed = False
@@ -66,7 +76,21 @@ class ScriptedTransport:
         with self._lock:
             return f"<ScriptedTransport sent={len(self._calls)} steps_left={len(self._steps)} closed={self._closed}>"
 
+    def connect(self) -> None:
+        """Open a connection unless one is open: the next ``Connect`` is played."""
+        with self._lock:
+            if self._connected:
+                return
+            step = self._connects.popleft() if self._connects else None
+        if callable(step):
+            step = step()
+        if isinstance(step, TransportError):
+            raise step
+        with self._lock:
+            self._connected = True
+
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+        self.connect()
         call = Call(nonce, req_id, dict(params or {}))
         with self._lock:
             self._calls.append(call)
@@ -77,6 +101,8 @@ class ScriptedTransport:
         if callable(step):
             step = step(call)
         if isinstance(step, TransportError):
+            with self._lock:
+                self._connected = False
             raise step
         if not isinstance(step, Answer):
             raise TypeError(f"a script step must be an Answer, a TransportError or a callable giving one: {step!r}")
@@ -85,6 +111,7 @@ class ScriptedTransport:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._connected = False
 
     @property
     def calls(self) -> list[Call]:

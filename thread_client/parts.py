@@ -27,6 +27,12 @@ class RequestSource(Protocol):
         last one stopped (a restarted producer reads nothing twice)."""
         ...
 
+    def left_over(self) -> Iterator[Work | InvalidInput]:
+        """At a stop: what reading took out of the input and has not given out yet, which no next run can
+        read again (a pipe's lines read ahead, the start of a line whose end has not come), for the stop to
+        record. Nothing where the input keeps it (a file, a work stream) or where none is read ahead."""
+        ...
+
     def close(self) -> None:
         """Let go of what reading holds (files, connections); the daemon calls it once the producer is done."""
         ...
@@ -85,10 +91,13 @@ class Transport(Protocol):
     ``TransportError`` saying why none came: ``ConnectFailed`` (nothing was sent),
     ``StaleConnection`` (a kept connection failed before any answer: the same nonce may
     be sent again), ``NoAnswer`` (sent, then timed out or reset: it may have been processed).
+    ``connect`` opens the connection ahead (``send`` opens one itself if none is open), so a
+    nonce drawn after it leaves at once; it raises ``ConnectFailed``.
     """
 
     endpoint: str
 
+    def connect(self) -> None: ...
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer: ...
     def close(self) -> None: ...
 

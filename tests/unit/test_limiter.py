@@ -379,3 +379,87 @@ def test_sends_unanswered_in_time_and_stamped_at_any_thaw_never_break_the_server
             busy.append(sent + timeout)  # the worker gives up and takes the next request
         stamps.append(stamp)
     assert server_refusals([int((stamp + epoch_fraction) * 1000) for stamp in stamps], rate) == 0
+
+
+class GatedReserve:
+    """A nonce block reservation that blocks until ``go`` is set once it has been asked for ``gated_from`` or
+    above (as a mark on a slow disk does); ``durable`` lists the marks made, in order."""
+
+    def __init__(self, gated_from: int, size: int = 100) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.durable: list[int] = []
+        self._gated_from = gated_from
+        self._size = size
+
+    def __call__(self, wanted: int) -> tuple[int, int]:
+        if wanted >= self._gated_from:
+            self.entered.set()
+            assert self.go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
+        self.durable.append(wanted + self._size)
+        return wanted, wanted + self._size
+
+
+def test_a_nonce_block_is_reserved_outside_the_limiters_lock(clock):
+    wall = [1_000]
+    reserve = GatedReserve(gated_from=1_101)
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.0,
+                                nonces=NonceGenerator(clock=lambda: wall[0], reserve=reserve))
+    first = lim.acquire(timeout=0)
+    assert first.nonce == 1_000 and reserve.durable == [1_100]
+    wall[0] = 1_500  # past the block: the next nonce needs a mark first, and the disk is slow
+    drawing, drawn = waiting_for(lambda: lim.acquire(timeout=5), reserve.entered)
+    try:
+        others = threading.Thread(target=lambda: (lim.release(first, answered_at=clock()), lim.state()))
+        others.start()
+        others.join(5)
+        assert not others.is_alive()  # a release and a status read pass while the mark is written
+        assert drawn == [] and lim.state().in_flight == 0  # and nothing was handed out before it is durable
+    finally:
+        reserve.go.set()
+    drawing.join(5)
+    assert not drawing.is_alive()
+    [second] = drawn
+    assert second.nonce == 1_500 and second.nonce <= reserve.durable[-1]
+
+
+def waiting_for(call, entered: threading.Event) -> tuple[threading.Thread, list]:
+    """Run ``call`` in a thread that records what it returns or raises; return once ``entered`` is set."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert entered.wait(5)
+    return thread, outcome
+
+
+class SendCountingRule(OrderRule):
+    """An order rule that keeps every send it is told of (what ``sent`` was called with)."""
+
+    def __init__(self) -> None:
+        super().__init__(0.05)
+        self.sends: list[float | None] = []
+
+    def sent(self, after_unanswered: float | None) -> None:
+        self.sends.append(after_unanswered)
+        super().sent(after_unanswered)
+
+
+def test_a_cancelled_permit_is_no_send_to_the_order_rule(clock):
+    rule = SendCountingRule()
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.05, order_rule=rule,
+                                nonces=NonceGenerator(clock=lambda: 100))
+    lim.cancel(lim.acquire(timeout=0))  # never left (connection refused, the journal failed)
+    assert rule.sends == []
+    first = lim.acquire(timeout=0)
+    clock.advance(rule.gap)
+    second = lim.acquire(timeout=0)  # the first one still unanswered
+    lim.release(second, answered_at=clock())
+    lim.release(first, answered_at=None)
+    assert rule.sends == [pytest.approx(rule.gap), None]  # each counted once given back: it surely left

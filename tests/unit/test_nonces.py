@@ -69,6 +69,14 @@ def test_nonces_fit_in_a_signed_64_bit_integer():
         nonces.next()
 
 
+def draw(nonces: NonceGenerator) -> int:
+    """The next nonce as the limiter draws it: its block reserved first, holding no lock."""
+    nonces.reserve_ahead()
+    nonce = nonces.next()
+    assert nonce is not None
+    return nonce
+
+
 def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
     marks: list[int] = []
     wall = [1_000_000]
@@ -78,28 +86,80 @@ def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
         return wanted, wanted + 100
 
     nonces = NonceGenerator(clock=lambda: wall[0], reserve=reserve)
-    first = nonces.next()
+    assert nonces.next() is None and marks == []  # nothing reserved yet: nothing handed out
+    first = draw(nonces)
     assert marks == [first + 100]
-    for _ in range(99):
-        nonces.next()  # within the block: no write
-    assert marks == [first + 100]
-    assert nonces.next() == first + 100 and len(marks) == 1  # the mark itself is still covered
-    beyond = nonces.next()
-    assert marks[-1] == beyond + 100 and len(marks) == 2
+    for _ in range(300):
+        assert draw(nonces) <= marks[-1]
+    # Blocks of 101 nonces, each reserved once the one before is half used: a fourth already waits.
+    assert nonces.last == first + 300 and marks == [first + 100, first + 201, first + 302, first + 403]
+
+
+def test_the_next_block_is_reserved_half_way_and_the_current_one_drawn_from_meanwhile():
+    reserve_entered, reserve_go = threading.Event(), threading.Event()
+    blocks = iter([(1_000, 1_099), (1_100, 1_199)])
+
+    def reserve(wanted: int) -> tuple[int, int]:
+        block = next(blocks)
+        if block[0] == 1_100:
+            reserve_entered.set()
+            assert reserve_go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
+        return block
+
+    nonces = NonceGenerator(clock=lambda: 0, reserve=reserve)
+    assert [draw(nonces) for _ in range(50)] == list(range(1_000, 1_050))
+    early = threading.Thread(target=nonces.reserve_ahead)  # past half-way: the next block is due
+    early.start()
+    try:
+        assert reserve_entered.wait(5)
+        nonces.reserve_ahead()  # one reservation at a time, and this one is not needed yet: no wait
+        assert [nonces.next() for _ in range(50)] == list(range(1_050, 1_100))
+        assert nonces.next() is None  # the block ran out before the next one is reserved: nothing handed out
+    finally:
+        reserve_go.set()
+    early.join(5)
+    assert not early.is_alive()
+    assert nonces.next() == 1_100
 
 
 def test_a_block_reserved_above_the_clock_moves_the_nonces_up_to_it():
     blocks = iter([(5_000, 5_009), (9_000, 9_009)])  # as the shared store grants them: above its TIME and every owner
     nonces = NonceGenerator(clock=lambda: 100, reserve=lambda wanted: next(blocks))
-    assert [nonces.next() for _ in range(11)] == [*range(5_000, 5_010), 9_000]
+    assert [draw(nonces) for _ in range(11)] == [*range(5_000, 5_010), 9_000]
 
 
 def test_a_lease_taken_again_reserves_a_new_block_before_the_next_nonce():
     blocks = iter([(5_000, 5_999), (9_000, 9_999)])  # another owner used 6_000-8_999 in between
     nonces = NonceGenerator(clock=lambda: 100, reserve=lambda wanted: next(blocks))
-    assert [nonces.next() for _ in range(3)] == [5_000, 5_001, 5_002]
+    assert [draw(nonces) for _ in range(3)] == [5_000, 5_001, 5_002]
     nonces.reserve_again()
-    assert nonces.next() == 9_000
+    assert nonces.next() is None
+    assert draw(nonces) == 9_000
+
+
+def test_a_block_reserved_while_the_lease_was_taken_again_is_not_drawn_from():
+    reserve_entered, reserve_go = threading.Event(), threading.Event()
+    blocks = iter([(5_000, 5_009), (6_000, 6_009), (9_000, 9_009)])
+
+    def reserve(wanted: int) -> tuple[int, int]:
+        block = next(blocks)
+        if block[0] == 6_000:
+            reserve_entered.set()
+            assert reserve_go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
+        return block
+
+    nonces = NonceGenerator(clock=lambda: 100, reserve=reserve)
+    assert [draw(nonces) for _ in range(5)] == list(range(5_000, 5_005))
+    early = threading.Thread(target=nonces.reserve_ahead)  # the next block, under the lease held then
+    early.start()
+    try:
+        assert reserve_entered.wait(5)
+        nonces.reserve_again()  # the lease was lost and taken again meanwhile
+    finally:
+        reserve_go.set()
+    early.join(5)
+    assert not early.is_alive()
+    assert draw(nonces) == 9_000  # never 6_000: another owner may have used it
 
 
 def test_a_restart_starts_above_the_mark_even_with_the_clock_an_hour_back(tmp_path):
@@ -108,10 +168,10 @@ def test_a_restart_starts_above_the_mark_even_with_the_clock_an_hour_back(tmp_pa
     now = 1_800_000_000_000_000
     before = NonceGenerator(clock=lambda: now, reserve=state.reserve)
     before.skip_ahead(5 * hour)  # far ahead of the wall clock, as after many invalid nonces
-    used = [before.next() for _ in range(50)]
+    used = [draw(before) for _ in range(50)]
     # Killed here: no clean shutdown, only what reached the disk. The clock is set back an hour.
     again = NonceGenerator(clock=lambda: now - hour, start_above=state.read_mark(), reserve=state.reserve)
-    assert again.next() > max(used)
+    assert draw(again) > max(used)
 
 
 def test_the_mark_is_replaced_atomically(tmp_path):
@@ -131,7 +191,8 @@ def test_a_mark_the_state_dir_refuses_hands_out_no_nonce(tmp_path):
     mark.with_suffix(".nonce.tmp").mkdir()  # where the next mark is written first: the state dir refuses it
     nonces = NonceGenerator(clock=lambda: 1_000, start_above=state.read_mark(), reserve=state.reserve)
     with pytest.raises(StateNotWritten, match="a nonce mark could not be written to the state dir"):
-        nonces.next()
+        nonces.reserve_ahead()
+    assert nonces.next() is None
     assert nonces.last == 5 and state.read_mark() == 5  # nothing handed out beyond the durable mark
 
 

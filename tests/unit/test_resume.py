@@ -154,6 +154,9 @@ def test_a_durable_append_returns_only_once_its_line_was_synced(tmp_path, monkey
 
 
 class AlwaysOk:
+    def connect(self) -> None:
+        """Nothing to open."""
+
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         return Answer(200, json.dumps({"status": "OK", "req_id": req_id}).encode(), None)
 

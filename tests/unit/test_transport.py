@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from thread_client.errors import AnswerTimedOut, ConnectFailed, SendFenced, StaleConnection
+from thread_client.errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, SendFenced, StaleConnection
 from thread_client.io.transport import HttpTransport, endpoint_of, idle_limit, parse_retry_after
 
 
@@ -168,6 +168,24 @@ def test_a_connection_idle_near_the_announced_keep_alive_timeout_is_replaced_bef
         clock.advance(1.0)  # idle for 1.0 s of an announced 2: the server may close it any moment now
         third = transport.send(3, "3")
         assert third.replaced_stale and server.connections == 2
+    finally:
+        transport.close()
+        server.close()
+
+
+def test_a_connection_opened_ahead_carries_the_next_send_and_a_close_under_it_is_no_stale_one():
+    """The worker opens the connection before it draws the nonce; the send then goes out on it. It never
+    carried a request, so a close under this one is no stale keep-alive: the request may have been read."""
+    server = ScriptedServer(("close", None), ("answer", None))
+    transport = HttpTransport(f"http://127.0.0.1:{server.port}", "KEY", timeout=2)
+    try:
+        transport.connect()
+        transport.connect()  # open already: nothing more
+        with pytest.raises(ResetAfterSend):
+            transport.send(1, "1")
+        assert server.connections == 1
+        transport.connect()
+        assert transport.send(2, "2").status == 200 and server.connections == 2
     finally:
         transport.close()
         server.close()

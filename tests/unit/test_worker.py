@@ -27,6 +27,9 @@ class FlakyTransport:
     def __init__(self) -> None:
         self.calls = 0
 
+    def connect(self) -> None:
+        """Nothing to open."""
+
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         self.calls += 1
         if self.calls == 1:
@@ -92,6 +95,9 @@ class BrokenMetrics(Metrics):
 
 
 class AlwaysOk:
+    def connect(self) -> None:
+        """Nothing to open."""
+
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
 
@@ -163,6 +169,9 @@ class NestedBody:
 
     def __init__(self) -> None:
         self.calls = 0
+
+    def connect(self) -> None:
+        """Nothing to open."""
 
     def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
         self.calls += 1

@@ -15,20 +15,20 @@ import random
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 import pytest
 
 from conftest import FakeClock, wait_for
 from full_disk import FillingDisk
 from fakes import (
-    Call, ScriptedTransport, Step, answer, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable,
+    Call, Connect, ScriptedTransport, Step, answer, blocked, invalid_nonce, ok, rate_limited, server_error, unavailable,
 )
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import (
-    AnswerTimedOut, EntryTakenOver, LimiterTimeout, RequestNotBuilt, SendFenced, StaleConnection, StoreUnavailable,
+    AnswerTimedOut, ConnectFailed, EntryTakenOver, LimiterTimeout, RequestNotBuilt, SendFenced, StaleConnection, StoreUnavailable,
 )
 from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
@@ -65,7 +65,7 @@ class Rig:
         self, *steps: Step, delivery: Delivery = AT_LEAST_ONCE, earlier_send: tuple[Request, int] | None = None,
         metrics: Metrics | None = None, remember_strikes: Callable[[int], int] = lambda total: total,
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
-        late_answers: LateAnswers | None = None, reserve: Reserve | None = None,
+        late_answers: LateAnswers | None = None, reserve: Reserve | None = None, connects: Iterable[Connect] = (),
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
@@ -74,13 +74,13 @@ class Rig:
                                         order_latency=order_latency, nonces=nonces)
         self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes, epoch=epoch)
         self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
-        self.transport = ScriptedTransport(steps)
+        self.transport = ScriptedTransport(steps, connects)
         self.metrics = metrics or Metrics()
         self.stop = threading.Event()
         self.retired: list[str] = []
         self.stopped: list[str] = []  # the reasons the worker asked the daemon to stop for
         self.other_nonces: list[int] = []
-        policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
+        self._policy = policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
         self.worker = Worker(
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
@@ -88,6 +88,11 @@ class Rig:
             late_answers=late_answers,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
+
+    def another_worker(self, transport: ScriptedTransport) -> Worker:
+        """A second thread of the key, at least once, with a connection of its own."""
+        return Worker(self.key, self.queues, transport, self._policy, OutageGate(), self.stop, listener=self.metrics,
+                      index=1)
 
     # -- races forced from a callable step, between this send and the next -------------------
 
@@ -197,7 +202,7 @@ class LeaseGranted:
     """The store's side of a shared key's lease, granted at once (fence 7, no earlier owner): a ``Scripts`` stand-in."""
 
     def acquire_lease(self, *, keys: list[str], args: list[object]) -> list[int]:
-        return [7, 0, 0, 0, 0]  # fence, last lease ended, now, strikes, stamps until: nothing before
+        return [7, 0, 0, 0]  # fence, quiet period ends, now, strikes: nothing before
 
 
 def test_exactly_once_a_400_read_after_the_lease_s_own_deadline_proves_nothing_though_the_fence_is_the_same():
@@ -791,3 +796,50 @@ def test_a_nonce_mark_the_state_dir_refuses_stops_the_daemon_with_the_request_le
     counts = rig.queues.counts()
     assert counts.dlq == 1 and counts.graveyard == 0 and request.failures == 0  # handed back at no cost
     assert rig.stopped == ["an output file is not writable"] and rig.retired == []
+
+
+def test_a_slow_connect_lets_no_later_nonce_of_the_key_leave_first():
+    """The connection is opened before the nonce is drawn: a thread held up by a reconnect (a slow TLS
+    handshake) draws its nonce after the other thread's send, so the two leave in the nonces' order."""
+    wire: list[int] = []  # the nonces of both threads' sends, in the order they left
+
+    def leaves(call: Call) -> Step:
+        wire.append(call.nonce)
+        return ok(call.req_id)
+
+    connecting, connected = threading.Event(), threading.Event()
+
+    def slow_handshake() -> None:
+        connecting.set()
+        assert connected.wait(30)  # set by the test, or its own bound has long failed it
+
+    rig = Rig(leaves, connects=[slow_handshake])
+    other = rig.another_worker(ScriptedTransport([leaves]))
+    rig.submit("r1")
+    rig.submit("r2")
+    slow = threading.Thread(target=lambda: rig.worker._handle(rig.queues.take(BOUND)))
+    slow.start()
+    try:
+        assert connecting.wait(BOUND)
+        fast = threading.Thread(target=lambda: other._handle(rig.queues.take(BOUND)))
+        fast.start()
+        fast.join(BOUND)
+        assert not fast.is_alive()
+    finally:
+        connected.set()
+    slow.join(BOUND)
+    assert not slow.is_alive()
+    assert wire == [FIRST, FIRST + 1]
+    assert rig.queues.counts().accepted == 2
+    rig.assert_clean()
+
+
+def test_a_connection_refused_before_the_permit_draws_no_nonce_and_is_retried_for_free():
+    rig = Rig(ok("r1"), connects=[ConnectFailed("connection refused")])
+    request = rig.submit()
+    rig.handle_next()
+    assert rig.transport.nonces == [] and rig.key.limiter.nonces.last == 0  # no permit, no nonce drawn
+    assert request.failures == 0 and request.unsent == 1  # unreachable: nothing was sent
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] and rig.queues.counts().accepted == 1
+    rig.assert_clean()

@@ -164,6 +164,8 @@ class Worker(ManagedThread):
         return None
 
     def _handle(self, request: Request) -> None:
+        if not self._connect(request):
+            return
         permit = self._acquire(request)
         if permit is None:
             return
@@ -192,6 +194,19 @@ class Worker(ManagedThread):
         if reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
         self._conclude(request, reading, retry_after, sent_at)
+
+    def _connect(self, request: Request) -> bool:
+        """Open the connection before the permit draws the nonce, so only the journal's line and the
+        signing come between the draw and the send: a reconnect after the draw (a TLS handshake) would
+        let another thread's later nonce leave first, and the earlier one be refused. False once the
+        request has been routed: unreachable, nothing sent."""
+        try:
+            self._transport.connect()
+        except ConnectFailed as exc:
+            self._outage.failed(exc.detail)
+            self._conclude(request, Reading(Outcome.UNREACHABLE, exc.detail), None, self._clock())
+            return False
+        return True
 
     def _note_answered(self, request: Request, permit: Permit) -> None:
         """Exactly-once: write down that this send was answered without being accepted, so a restart

@@ -95,6 +95,8 @@ class HttpTransport:
         # Keep-Alive announcement (read on each connection's first answer); and since when it has.
         self._idle_limit = math.inf
         self._idle_since = math.inf
+        self._fresh = False  # the open connection has carried no request yet (a failure on it is no stale one)
+        self._replaced_stale = False  # a kept connection was replaced since the last answer
         self._may_send = may_send
         self._clock = clock
 
@@ -112,15 +114,10 @@ class HttpTransport:
             raise RequestNotBuilt(str(exc), refused=True) from exc
         except Exception as exc:  # the user's hook: nothing left. Its words may hold the secret: only its kind
             raise RequestNotBuilt(f"signing failed ({type(exc).__name__})") from exc
+        self.connect()  # at once if open already: the worker opened it before it drew the nonce
         connection = self._connection
-        replaced_stale = connection.sock is not None and (
-            self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)
-        )
-        if replaced_stale:
-            connection.close()
-        reused = connection.sock is not None
-        if not reused:
-            self._connect()
+        reused, self._fresh = not self._fresh, False
+        replaced_stale, self._replaced_stale = self._replaced_stale, False
         sent_ms = self._server_clock.wall_ms() if self._server_clock is not None else 0.0
         if not self._may_send():  # last: the build and the connect may have outlasted the lease the worker checked
             raise SendFenced("the key's lease ended before the request could leave")
@@ -146,10 +143,24 @@ class HttpTransport:
         retry_after = None if response.status == 200 else parse_retry_after(response.getheader("Retry-After"))
         return Answer(response.status, body, retry_after, replaced_stale)
 
+    def connect(self) -> None:
+        """Open the connection (and TLS session) unless one is open, replacing a kept one the server
+        closed or is about to close; raises ConnectFailed. The worker calls it before it draws the
+        nonce: a reconnect after the draw would let a later nonce of the key leave first."""
+        connection = self._connection
+        if connection.sock is not None and (
+            self._clock() - self._idle_since >= self._idle_limit or _closed_by_peer(connection.sock)
+        ):
+            connection.close()
+            self._replaced_stale = True
+        if connection.sock is None:
+            self._connect()
+
     def _connect(self) -> None:
         """Open the connection (and TLS session); every failure here means nothing was sent."""
         try:
             self._connection.connect()
+            self._fresh, self._idle_since = True, self._clock()  # the server's idle timer starts now
         except socket.gaierror as exc:
             self._connection.close()
             raise ConnectFailed(f"name not resolved ({exc.strerror})") from exc

@@ -15,10 +15,13 @@ between the send and the answer. Two rules pace the sends of one key:
   second), or a fixed ``order_latency`` (infinite: one request in flight).
 
 The nonce of each send is drawn in the same critical section that orders the
-send, at least a gap after the previous one: nonces leave in the order the
-server must see them unless a thread is held up longer than the gap between its
-permit and its send (a reconnect, the interpreter's switch), which the order
-rule counts as one more lost bet.
+send, at least a gap after the previous one, and only once the worker's
+connection is open: nonces leave in the order the server must see them unless a
+thread is held up longer than the gap between its permit and its send (the
+journal's line, the signing, the interpreter's switch), which the order rule
+counts as one more lost bet. A send is told to the order rule when its permit is
+given back, so a cancelled one (it never left) is never counted. The nonce's
+block is reserved before the lock is taken (``NonceGenerator.reserve_ahead``).
 """
 
 from __future__ import annotations
@@ -44,13 +47,16 @@ _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
 @dataclass(frozen=True, slots=True)
 class Permit:
     """The right to send one request now: which slot it uses, its nonce, its place in the send order.
-    ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown."""
+    ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown.
+    ``after_unanswered``: seconds after the key's previous send, if that one was still unanswered (what
+    the order rule is told once this send surely left, when the permit is given back uncancelled)."""
 
     slot: int
     nonce: int
     sent_at: float
     sequence: int
     resend: bool = False
+    after_unanswered: float | None = None
 
     @classmethod
     def of_earlier_run(cls, nonce: int) -> "Permit":
@@ -139,24 +145,22 @@ class ThreadSafeRateLimiter:
         earliest_slot = min(now + self._window if t == _IN_FLIGHT else t for t in self._free_at)
         return max(0.0, max(earliest_slot, self._held_until) - now)
 
-    def _take(self, now: float, resend_of: Permit | None) -> Permit:
+    def _take(self, now: float, resend_of: Permit | None) -> Permit | None:
+        """The permit of a send now; None, with nothing taken, if no reserved block covers its nonce."""
         if resend_of is not None and resend_of.sequence != self._sequence:
             raise SendOvertaken(self.name)
-        # The nonce first: if no block can be reserved for it (the key's lease is gone), nothing is taken.
         nonce = resend_of.nonce if resend_of is not None else self.nonces.next()
+        if nonce is None:
+            return None
         slot = self._free_at.index(min(self._free_at))
         self._free_at[slot] = _IN_FLIGHT
         if resend_of is not None:
             return Permit(slot, nonce, now, resend_of.sequence, resend=True)
-        rule = self._order_rule
-        if rule is not None:
-            rule.sent(None if self._last_answered else now - self._last_sent_at)
-            self._order_open_at = now + rule.gap
-        else:
-            self._order_open_at = now + self._order_latency
+        after_unanswered = None if self._last_answered else now - self._last_sent_at
+        self._order_open_at = now + self._gap()
         self._last_sent_at, self._last_answered = now, False
         self._sequence += 1
-        return Permit(slot, nonce, now, self._sequence)
+        return Permit(slot, nonce, now, self._sequence, after_unanswered=after_unanswered)
 
     # -- public API ----------------------------------------------------------
 
@@ -167,20 +171,27 @@ class ThreadSafeRateLimiter:
         order gate that waits on it; no new nonce is drawn, and SendOvertaken is raised if a later
         send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
         ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
-        is or gets closed.
+        is or gets closed. A fresh nonce's block is reserved first, without the lock (a durable mark, a
+        store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
-        with self._changed:
-            now = self._clock()
-            deadline = math.inf if timeout is None else now + timeout
-            while True:
-                if self._closed:
-                    raise LimiterClosed(self.name)
-                delay = self._delay_until_free(now, resend_of is not None)
-                if delay <= 0:
-                    return self._take(now, resend_of)
-                if now >= deadline or now + self._least_delay(now) > deadline:
-                    raise LimiterTimeout(self.name, delay)
-                now = self._wait(delay, deadline, now)
+        deadline = math.inf if timeout is None else self._clock() + timeout
+        while True:
+            if resend_of is None:
+                self.nonces.reserve_ahead()
+            with self._changed:
+                now = self._clock()
+                while True:
+                    if self._closed:
+                        raise LimiterClosed(self.name)
+                    delay = self._delay_until_free(now, resend_of is not None)
+                    if delay <= 0:
+                        permit = self._take(now, resend_of)
+                        if permit is not None:
+                            return permit
+                        break  # the reserved block ran out meanwhile: reserve the next one, without the lock
+                    if now >= deadline or now + self._least_delay(now) > deadline:
+                        raise LimiterTimeout(self.name, delay)
+                    now = self._wait(delay, deadline, now)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until a send would be allowed at once (True) or ``timeout`` seconds pass (False);
@@ -214,10 +225,11 @@ class ThreadSafeRateLimiter:
         """Give back a permit: ``answered_at`` is when its answer arrived, None if none did.
 
         ``accepted``: the answer accepted the request, so the key's nonces are in step with the
-        server (the skip-ahead starts small again). The round trip of an answered first send is
-        told to the order rule.
+        server (the skip-ahead starts small again). A first send is told to the order rule (a
+        cancelled one never is: it never left), with its round trip if it was answered.
         """
         with self._changed:
+            self._told_sent(permit)
             if accepted:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
@@ -242,13 +254,19 @@ class ThreadSafeRateLimiter:
             self.release(permit, None)
             return
         with self._changed:
+            self._told_sent(permit)
             self._free_at[permit.slot] = self._clock() + self._window
             self._changed.notify_all()
+
+    def _told_sent(self, permit: Permit) -> None:
+        """Tell the order rule that ``permit``'s first send left. Called with the lock held."""
+        if self._order_rule is not None and not permit.resend:
+            self._order_rule.sent(permit.after_unanswered)
 
     def cancel(self, permit: Permit) -> None:
         """Give back a permit whose request surely never reached the server (connection refused):
         its slot is free at once and, if it was the last send, so is the order gate (not for a
-        resend: the copy before it may still arrive)."""
+        resend: the copy before it may still arrive). The order rule never hears of it."""
         with self._changed:
             self._free_at[permit.slot] = -math.inf
             if permit.sequence == self._sequence and not permit.resend:

@@ -16,10 +16,9 @@ INT64_MAX = 2**63 - 1
 #: How far ahead a block reaches: 10 s of microseconds. Nonces follow the clock, so this is one
 #: reservation per key every 10 s (a durable mark on this host, or a round trip to the store).
 BLOCK = 10_000_000
-#: Called with the nonce about to be used once it passes the reserved block; returns the next block
-#: (first, last), ``first`` at or above the one asked for, made safe (durable, or held in the store)
-#: before it returns. May raise: then no nonce is handed out (an OSError, a mark the state dir refused,
-#: is raised as StateNotWritten).
+#: Called with the lowest nonce the block must cover; returns the block (first, last), ``first`` at or
+#: above the one asked for, made safe (durable, or held in the store) before it returns. May raise: then
+#: no nonce is handed out from it (an OSError, a mark the state dir refused, is raised as StateNotWritten).
 Reserve = Callable[[int], tuple[int, int]]
 
 
@@ -30,10 +29,15 @@ class NonceGenerator:
     stepping back within a run. Across runs (and processes) the wall clock is not
     enough: the skip-ahead after an invalid nonce runs ahead of it, clocks get set
     back, hosts disagree. So with ``reserve`` every nonce lies in a block reserved
-    before it is handed out: when a nonce passes the block, the next block is
-    reserved first. A crash can then only skip nonces, never reuse one; the next
-    run (or owner) starts above every block reserved (``start_above`` for a mark
+    before it is handed out. A crash can then only skip nonces, never reuse one; the
+    next run (or owner) starts above every block reserved (``start_above`` for a mark
     read back on this host).
+
+    Reserving is I/O (two fsyncs, a store round trip), so it is kept apart from
+    drawing: ``reserve_ahead()``, called holding no lock, reserves the block the next
+    nonce needs, and the following one early once the current block is half used;
+    ``next()`` only hands out numbers from a block already reserved, and may be
+    called under a caller's lock.
     """
 
     def __init__(self, clock: WallMicros = wall_micros, *, start_above: int = 0, reserve: Reserve | None = None) -> None:
@@ -41,11 +45,14 @@ class NonceGenerator:
             raise ValueError("start_above must not be negative")
         self._clock = clock
         self._reserve = reserve
-        # Guards _last and _reserved_to. Held for the arithmetic and, once per block, for reserving the
-        # next block: that must finish before any nonce in it leaves.
+        # One reservation at a time; held across the reservation's I/O, and taken before _lock, never after.
+        self._reserving = threading.Lock()
+        # Guards the fields below, for the arithmetic only: never held during a reservation.
         self._lock = threading.Lock()
         self._last = start_above
-        self._reserved_to = start_above
+        self._first = self._reserved_to = start_above  # the block nonces are drawn from now
+        self._ahead: tuple[int, int] | None = None  # the block reserved early, drawn from once the current one ends
+        self._generation = 0  # moves on when the blocks reserved so far are forgotten
 
     def __repr__(self) -> str:
         return f"<NonceGenerator last={self._last}>"
@@ -54,28 +61,77 @@ class NonceGenerator:
     def last(self) -> int:
         return self._last
 
-    def next(self) -> int:
-        """The next nonce; raises OverflowError past the signed 64-bit range, and StateNotWritten if the
-        durable mark of the next block could not be written (no nonce is handed out)."""
+    def next(self) -> int | None:
+        """The next nonce, from a block already reserved (no I/O, no wait); None if no block covers it:
+        call ``reserve_ahead()`` first, holding no lock. Raises OverflowError past the signed 64-bit range."""
         with self._lock:
             nonce = max(self._last + 1, self._clock())
             if nonce > INT64_MAX:
                 raise OverflowError("nonce would not fit in a signed 64-bit integer")
-            if self._reserve is not None and nonce > self._reserved_to:
-                try:
-                    first, self._reserved_to = self._reserve(nonce)
-                except OSError as exc:
-                    raise StateNotWritten("a nonce mark", exc) from exc
-                nonce = max(nonce, first)
+            if self._reserve is not None:
+                if nonce > self._reserved_to:
+                    if self._ahead is None or nonce > self._ahead[1]:
+                        return None
+                    (self._first, self._reserved_to), self._ahead = self._ahead, None
+                nonce = max(nonce, self._first)  # a block may start above the clock (the store's TIME)
             self._last = nonce
             return nonce
 
+    def reserve_ahead(self) -> None:
+        """Make sure a reserved block covers the next nonce, reserving it now if none does (this blocks
+        for the reservation's I/O), and reserve the following block early once the current one is half
+        used (unless another thread is reserving already). Never call it holding a lock ``next()`` is
+        drawn under. Raises StateNotWritten if a durable mark could not be written, or what ``reserve``
+        raises (KeyNotHeld): no nonce is handed out from that block."""
+        if self._reserve is None:
+            return
+        with self._lock:
+            wanted, needed = self._wanted()
+        if wanted is None or not self._reserving.acquire(blocking=needed):
+            return  # nothing due, or an early reservation runs already (the current block covers the next nonce)
+        try:
+            with self._lock:
+                wanted, _ = self._wanted()
+                generation = self._generation
+            if wanted is None:
+                return
+            try:
+                block = self._reserve(wanted)
+            except OSError as exc:
+                raise StateNotWritten("a nonce mark", exc) from exc
+            with self._lock:
+                if generation == self._generation:  # else reserved under a lease given up meanwhile
+                    self._add(block)
+        finally:
+            self._reserving.release()
+
+    def _wanted(self) -> tuple[int | None, bool]:
+        """(the nonce the next block must start at, or None if none is due yet; whether the next nonce needs
+        it). Called with _lock held."""
+        upcoming = max(self._last + 1, self._clock())
+        if upcoming > INT64_MAX:
+            return None, False  # next() refuses it: nothing to reserve
+        if upcoming > self._reserved_to and (self._ahead is None or upcoming > self._ahead[1]):
+            return upcoming, True
+        if self._ahead is None and self._reserved_to < INT64_MAX and 2 * upcoming > self._first + self._reserved_to:
+            return self._reserved_to + 1, False
+        return None, False
+
+    def _add(self, block: tuple[int, int]) -> None:
+        """Draw from ``block`` now if the current block is used up, else once it is. Called with _lock held."""
+        if max(self._last + 1, self._clock()) > self._reserved_to:
+            (self._first, self._reserved_to), self._ahead = block, None
+        else:
+            self._ahead = block
+
     def reserve_again(self) -> None:
-        """Forget the block reserved so far: it may no longer be this process's (a shared key's lease
-        was lost and taken again, and another owner reserved above it meanwhile). The next nonce
-        reserves a new block first."""
+        """Forget the blocks reserved so far (and one being reserved now): they may no longer be this
+        process's (a shared key's lease was lost and taken again, and another owner reserved above them
+        meanwhile). The next nonce needs a new block first."""
         with self._lock:
             self._reserved_to = min(self._reserved_to, self._last)
+            self._ahead = None
+            self._generation += 1
 
     def skip_ahead(self, step: int) -> None:
         """Jump ``step`` past both the last nonce and the clock, after the server refused one."""

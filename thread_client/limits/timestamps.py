@@ -104,5 +104,8 @@ class ServerTimestamps:
     def skip_ahead(self, step: int) -> None:
         """A refused timestamp is not behind a counter: the answer's own ``Date`` re-teaches the clock."""
 
+    def reserve_ahead(self) -> None:
+        """Nothing to reserve: timestamps need no block."""
+
     def reserve_again(self) -> None:
         """Nothing is reserved: timestamps need no block."""
