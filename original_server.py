@@ -148,7 +148,7 @@ class Modes:
 
 #: Verdicts of a request that passed the rate limit: each spent a slot of its key's ring.
 SLOT_VERDICTS = frozenset({"accepted", "lost_answer", "invalid_nonce", "bad_timestamp", "fail", "garbage", "drop",
-                           "stall"})
+                           "stall", "error"})
 #: Verdicts under which the exchange took the request: its nonce is spent, its id counted.
 ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer"})
 
@@ -160,7 +160,8 @@ class Ledger:
     A line: ``seq``, ``boot`` (which start of the server), ``key``, ``nonce`` (as sent), ``id`` (the
     ``req_id``), ``stamp_ms`` (the server's clock when the rate limit was applied, or null), ``accept``
     (the order of acceptance, for accepted requests), ``verdict`` and ``status`` (the HTTP status
-    sent, null when the connection was closed without an answer).
+    to be sent, null when the connection is closed without an answer). It is written as the request is
+    decided, before the outgoing latency and the answer.
     """
 
     def __init__(self, path: str) -> None:
@@ -486,83 +487,83 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         state = server.state
         modes = server.modes
         key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
-        # What the ledger says of this request; the branches below fill it in as they decide.
+        # What the ledger says of this request; the branches below fill it in and write it as they decide,
+        # before the outgoing latency: a server killed while it sleeps has the request in its ledger.
         entry: dict = {"key": key, "nonce": params.get("nonce"), "id": params.get("req_id"), "stamp_ms": None,
                        "accept": None, "verdict": None, "status": None}
         try:
             self._decide(params, body, query, key, entry)
         finally:
-            if state.ledger is not None and entry["verdict"] is not None:
-                state.ledger.write(entry)
+            if entry["verdict"] is None and entry["stamp_ms"] is not None:
+                self._write_ledger(entry, "error", None)  # a slot spent, then the handler failed: no answer
+
+    def _write_ledger(self, entry: dict, verdict: str, status: int | None) -> None:
+        entry.update(verdict=verdict, status=status)
+        if self.server.state.ledger is not None:
+            self.server.state.ledger.write(entry)
 
     def _decide(self, params: dict[str, str], body: str, query: str, key: str | None, entry: dict) -> None:
-        """The contract's steps for one request; ``entry`` is told the verdict and the status sent."""
+        """The contract's steps for one request; each ending writes the ledger's line, then answers."""
         server = self.server
         state = server.state
         modes = server.modes
 
-        def answer(verdict: str, status: int | None, payload: dict | None = None, **kwargs) -> None:
-            entry.update(verdict=verdict, status=status)
-            if status is not None:
-                self._answer(status, payload, **kwargs)
+        def answer(verdict: str, status: int, payload: dict | None = None, *, sleep: bool = True, **kwargs) -> None:
+            self._write_ledger(entry, verdict, status)
+            if sleep:
+                server.sleep_latency()
+            self._answer(status, payload, **kwargs)
 
         if state.bans:
             left = state.ban_left()
             if left > 0:
-                answer("banned", 418, error_body(MSG_BANNED), headers={"Retry-After": str(math.ceil(left))})
+                answer("banned", 418, error_body(MSG_BANNED), sleep=False, headers={"Retry-After": str(math.ceil(left))})
                 return
         if key in server.forbidden_keys:
-            server.sleep_latency()
             answer("forbidden", 403, None, raw=b"<html><body><h1>403 Forbidden</h1></body></html>")
             return
         if server.draw() < server.proxy_429_rate:
             # A proxy in front of the exchange refusing on its own: the exchange never sees the request.
             state.count_fault("proxy_429")
-            answer("proxy_429", 429, None, raw=b"<html><body><h1>429 Too Many Requests</h1></body></html>")
+            answer("proxy_429", 429, None, sleep=False, raw=b"<html><body><h1>429 Too Many Requests</h1></body></html>")
             return
         if not state.is_known(key):
             state.count_invalid_key()
-            server.sleep_latency()
             answer("invalid_key", 401, error_body(MSG_INVALID_KEY))
             return
         if modes.sign is not None and not self._signed(key, params, body, query):
             state.count_refusal(signature=True)
-            server.sleep_latency()
             answer("bad_signature", 401, error_body(MSG_BAD_SIGNATURE))
             return
         server.sleep_latency()
         refusal, entry["stamp_ms"] = state.admit(key)
         if refusal is not None:
-            server.sleep_latency()
             answer("blocked" if refusal == MSG_BLOCKED else "rate_limited", 429, error_body(refusal))
             return
         fault = server.faults.pick(server.draw())
         if fault is not None:
             state.count_fault(fault)
-            entry["verdict"] = fault
-            entry["status"] = self._answer_fault(fault)
+            self._write_ledger(entry, fault, self._fault_status(fault))
+            self._answer_fault(fault)
             return
         if modes.timestamp_ms:
             if not self._timestamp_in_window(params):
                 state.count_refusal(signature=False)
-                server.sleep_latency()
                 answer("bad_timestamp", 400, error_body(MSG_BAD_TIMESTAMP))
                 return
             entry["accept"] = state.accept_timestamp(key, params.get("req_id"))
         else:
             entry["accept"] = state.check_nonce(key, params.get("nonce"), params.get("req_id"))
             if entry["accept"] is None:
-                server.sleep_latency()
                 answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE))
                 return
         if server.draw() < server.lost_answer_rate:
             # Accepted, nonce spent, and the answer lost: the client cannot know, unless it asks again.
             state.count_fault("lost_answer")
-            entry["verdict"] = "lost_answer"
+            self._write_ledger(entry, "lost_answer", None)
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        server.sleep_latency()
         answer("accepted", 200, {"status": "OK", "req_id": params.get("req_id")})
 
     def _field(self, params: dict[str, str], name: str, header: str) -> str | None:
@@ -593,24 +594,30 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         expected = hmac.new(secret, message.encode("latin-1"), hashlib.sha256).hexdigest()
         return hmac.compare_digest(expected.encode(), signature.lower().encode("utf-8", "replace"))
 
-    def _answer_fault(self, fault: str) -> int | None:
-        """Answer as ``fault`` says; the status sent, None when the connection was closed without one."""
+    def _fault_status(self, fault: str) -> int | None:
+        """The status ``fault`` answers with; None when it closes the connection without one."""
+        if fault == "drop":
+            return None
+        if fault == "garbage":
+            return 200
+        return 503 if self.server.retry_after is not None else 500
+
+    def _answer_fault(self, fault: str) -> None:
         if fault == "drop":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
-            return None
+            return
         if fault == "garbage":
             self._answer(200, None, raw=b"<html>upstream hiccup</html>")
-            return 200
+            return
         if fault == "stall":
             time.sleep(STALL_S)
         # A server that names a pause says "come back later": 503 with Retry-After; else a plain 500.
         retry_after = self.server.retry_after
         if retry_after is not None:
             self._answer(503, error_body(f"unavailable ({fault})"), headers={"Retry-After": f"{retry_after:g}"})
-            return 503
-        self._answer(500, error_body(f"internal error ({fault})"))
-        return 500
+        else:
+            self._answer(500, error_body(f"internal error ({fault})"))
 
     def _answer(
         self, status: int, payload: dict | None, raw: bytes = b"", close: bool = False, headers: dict[str, str] | None = None

@@ -192,6 +192,8 @@ def build_config(argv: list[str] | None = None) -> Config:
         _check_distinct({"--source": source_file, **outputs})
         for flag, path in (("--source", source_file), ("--ca-file", args.ca_file)):
             _check_readable(flag, path)
+        if args.source == "-" and sys.stdin is None:
+            raise ConfigError("--source -: standard input is closed")
         if args.state_dir is not None:
             _check_folder("--state-dir", args.state_dir)
         keys = load_keys(args.keys_file)
@@ -326,8 +328,10 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         held = HeldEntries()
         # One watch over what this member writes (records, journal lines): while they wait, no new work is taken.
         writes = StoreWatch(f"results of work stream {work.stream}")
+        # A key in its quiet period (up to the late-answer cap after a lease that ran out) sends nothing: the work
+        # this member holds meanwhile would wait with it, so it takes none in, and members that can send take it over.
         source: RequestSource = StreamSource(work, config.member, held, writes, lease_ttl=config.lease_ttl,
-                                             delivery=delivery, sending=lambda: bool(keys.held()))
+                                             delivery=delivery, sending=lambda: any(key.may_send() for key in keys))
         results = StreamResults(work, config.member, held, writes, delivery=delivery,
                                 max_body_bytes=config.max_body_bytes)
         # Right before each send: is the entry still this member's (exactly-once: and its send written down)?

@@ -142,6 +142,10 @@ class Config:
             raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {self.url!r}")
         if port == 0:
             raise ConfigError(f"--url {self.url!r} has an invalid port")
+        try:  # what the connection does with the name: an empty or over-long label fails there, on every send
+            url.hostname.encode("idna")
+        except UnicodeError as exc:
+            raise ConfigError(f"--url {self.url!r} has an invalid host name ({exc})") from exc
 
     def _check_profile(self) -> None:
         """What the profile asks of the keys and the delivery promise."""

@@ -86,8 +86,10 @@ def test_each_broken_promise_is_found(history_of):
     strike = {"key": KEY, "nonce": "14", "id": "c-3", "stamp_ms": 1, "accept": None, "verdict": "rate_limited",
               "status": 429}
     assert kinds(history_of([record(1), record(2), record(3)], clean + [strike])) == {"strike"}
-    swapped = [accept(1, 10, 1), accept(2, 9, 2), accept(3, 12, 3)]
-    assert kinds(history_of([record(1), record(2), record(3)], swapped)) == {"nonce_order"}
+    reused = clean + [{**accept(3, 11, 4), "accept": None, "verdict": "invalid_nonce", "status": 400}]
+    assert kinds(history_of([record(1), record(2), record(3)], reused)) == {"nonce_reused"}  # c-2's nonce for c-3
+    asked_again = clean + [{**accept(3, 12, 4), "accept": None, "verdict": "invalid_nonce", "status": 400}]
+    assert history_of([record(1), record(2), record(3)], asked_again) == []  # exactly-once settling: the same request
     assert kinds(history_of([record(1), record(2), record(3)], clean, healed=False)) == {"not_live"}
 
 

@@ -222,6 +222,8 @@ def test_a_signing_hook_that_fails_stops_the_daemon_at_start(tmp_path):
         (["--url", "http://a b"], "--url must look like"),
         (["--url", "http://h/api request"], "--url must look like"),
         (["--url", "http://user:pw@h"], "--url must look like"),
+        (["--url", "http://a..b/"], "--url 'http://a..b/' has an invalid host name"),  # each send failed in idna
+        (["--url", f"http://{'x' * 64}.example"], "has an invalid host name"),
         (["--source", "{tmp}"], "--source {tmp} is a directory"),
         (["--source", ""], "argument --source: an empty path"),
         (["--source", "redis://[::1/0?stream=w"], "--source: not a valid store address (Invalid IPv6 URL)"),
@@ -294,3 +296,11 @@ def test_a_store_that_does_not_answer_at_start_is_exit_4_never_the_bad_setting_2
     assert cli.main(["--source", f"redis://127.0.0.1:{port}/0?stream=w", "--duration", "1"]) == 4
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "store does not answer" in error
+
+
+def test_standard_input_closed_is_one_line_not_a_producer_dying_four_times(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", None)  # started with <&-
+    with pytest.raises(SystemExit) as exited:
+        build_config(["--source", "-"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == "thread-client: error: --source -: standard input is closed"

@@ -279,7 +279,71 @@ def test_a_pipe_s_line_in_hand_when_the_state_dir_refuses_its_id_is_taken_in_not
     os.close(read_end)
     writer.join(5.0)
     assert not producer.is_alive() and producer.failure is None and stops == [OUTPUT_FAILED]
-    taken_in = queues.counts().created
-    assert 0 < taken_in < 1000
-    consumed = source._number  # every line the source took out of the pipe
-    assert taken_in == consumed, f"{consumed - taken_in} line(s) read from the pipe and never taken in"
+    consumed = source._number  # every line the source took out of the pipe (read ahead ones too)
+    assert queues.counts().created == consumed > 0, "lines read from the pipe and never taken in"
+
+
+def test_at_a_stop_a_pipe_s_lines_read_ahead_and_a_line_cut_short_are_left_over_for_the_stop_to_record(tmp_path):
+    """The pipe is read 64 KiB at a time: at a stop, the lines read and not given out yet were lost with no
+    record (921 of 1000 lines in a review's run), and so was the start of a line whose end had not come."""
+    read_end, write_end = os.pipe()
+    source = JsonLinesSource(f"/dev/fd/{read_end}", state_dir=str(tmp_path))
+    stop = SelectableEvent()
+    try:
+        os.write(write_end, b"".join(b'{"id": "p%d"}\n' % n for n in range(1, 101)) + b'\n{"id": "cut')
+        reading = source.read(stop)
+        assert next(reading) == Work("p1", where="line 1")
+        stop.set()
+        assert list(reading) == []
+        left = list(source.left_over())
+        assert left[:-1] == [Work(f"p{n}", where=f"line {n}") for n in range(2, 101)]  # the blank line 101 is none
+        assert isinstance(left[-1], InvalidInput) and left[-1].where == "line 102" and "cut short" in left[-1].reason
+        assert list(source.left_over()) == []  # given once
+    finally:
+        os.close(write_end)
+        source.close()
+        os.close(read_end)
+        stop.close()
+
+
+def test_a_file_leaves_nothing_over_at_a_stop_its_next_run_reads_it_again(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(b'{"id": "f%d"}\n' % n for n in range(1, 51)))
+    source = JsonLinesSource(str(path), state_dir=str(tmp_path))
+    stop = SelectableEvent()
+    reading = source.read(stop)
+    next(reading)
+    stop.set()
+    assert list(reading) == [] and list(source.left_over()) == []
+    source.close()
+    stop.close()
+
+
+def test_a_named_pipe_no_writer_has_opened_yet_does_not_keep_a_stop_waiting(tmp_path):
+    """open() of a FIFO waits for its writer: the producer stayed in it through a SIGTERM (exit 1, the producer
+    named as a thread that did not stop). Now it waits in poll(), beside the stop; and reads once a writer comes."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    source = JsonLinesSource(str(fifo), state_dir=str(tmp_path))
+    stop = SelectableEvent()
+    items: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [items.put(item) for item in source.read(stop)])
+    reader.start()
+    with open(fifo, "wb") as writer:  # a writer comes: the reader gets its lines
+        writer.write(b'{"id": "w1"}\n')
+        writer.flush()
+        assert items.get(timeout=5) == Work("w1", where="line 1")
+        stop.set()
+        reader.join(5)
+    assert not reader.is_alive()
+    source.close()
+    stop.close()
+    idle = JsonLinesSource(str(fifo), state_dir=str(tmp_path))
+    stop = SelectableEvent()
+    reader = threading.Thread(target=lambda: list(idle.read(stop)))
+    reader.start()  # no writer ever: the stop alone must end the reading
+    stop.set()
+    reader.join(5)
+    assert not reader.is_alive()
+    idle.close()
+    stop.close()

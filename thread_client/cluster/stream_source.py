@@ -179,6 +179,10 @@ class StreamSource:
         """The keeper of the held entries (``OwnsThreads``); ``close()`` ends it."""
         return [self._keeper]
 
+    def left_over(self) -> Iterator[Work | InvalidInput]:
+        """Nothing: an entry taken in is pending in the stream until its record is written."""
+        return iter(())
+
     def close(self) -> None:
         """End the keeper; each read() opens and closes its own connection."""
         self._closing.set()

@@ -8,7 +8,7 @@ from ..clock import Clock, monotonic
 from ..errors import StateNotWritten
 from ..exits import OUTPUT_FAILED
 from ..parts import RequestSource
-from ..request import FinalOutcome, InvalidInput, Request, UnknownFate
+from ..request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
 from ..selectable_event import SelectableEvent
 from ..threads import ManagedThread
 from .queues import QueueManager
@@ -22,7 +22,8 @@ class Producer(ManagedThread):
     while waiting for room in the main queue is buried as ``shutdown``, or left for the next run.
     When the source ends, it waits until every request taken in has its final outcome and calls
     ``on_exhausted``. If the state dir cannot take a line's id in, it reads no further and calls
-    ``on_stop``: that line and the rest are left for the next run."""
+    ``on_stop``: that line and the rest are left for the next run. Stopped, it takes in what the source
+    read ahead and no next run can read again (a pipe's lines), for the stop to record."""
 
     def __init__(
         self,
@@ -47,20 +48,31 @@ class Producer(ManagedThread):
             ended = self._take_in()
         except StateNotWritten as exc:
             self._on_stop(OUTPUT_FAILED, f"{exc}: no more input is read")
-            return
-        if ended and self._queues.wait_until_settled():
+            ended = False
+        if not ended:
+            # Stopped: what the source read ahead and no next run can read again is taken in all the same,
+            # to be recorded with the stop's outcome (the queues are closed, or close soon and drain it).
+            for item in self._source.left_over():
+                self._queue(item)
+        elif self._queues.wait_until_settled():
             self._on_exhausted()
 
     def _take_in(self) -> bool:
-        """Queue each request of the source: True once it has ended, False if the queues closed first."""
+        """Queue each request of the source: True once it has ended, False if stopped or the queues closed first."""
         for item in self._source.read(self._stopping):
-            if isinstance(item, InvalidInput):
-                invalid = Request(item.id, self._clock(), receipt=item.receipt, where=item.where, digest=item.digest)
-                self._queues.reject(invalid, FinalOutcome.INVALID_INPUT, f"{item.where}: {item.reason}")
-            elif isinstance(item, UnknownFate):
-                self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
-                                    item.reason)
-            elif not self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed,
-                                                 receipt=item.receipt, where=item.where)):
+            if not self._queue(item):
                 return False
+        return not self._stopping.is_set()
+
+    def _queue(self, item: Work | InvalidInput | UnknownFate) -> bool:
+        """Queue a request, or record a line that is none; False if the queues are closed (it is recorded then)."""
+        if isinstance(item, InvalidInput):
+            invalid = Request(item.id, self._clock(), receipt=item.receipt, where=item.where, digest=item.digest)
+            self._queues.reject(invalid, FinalOutcome.INVALID_INPUT, f"{item.where}: {item.reason}")
+        elif isinstance(item, UnknownFate):
+            self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
+                                item.reason)
+        else:
+            return self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed,
+                                               receipt=item.receipt, where=item.where))
         return True

@@ -50,6 +50,10 @@ class SyntheticSource:
             if self.load == "exercise" and stop.wait(self._rng.randint(0, _EXERCISE_MAX_GAP_MS) / 1000):
                 return
 
+    def left_over(self) -> Iterator[Work | InvalidInput]:
+        """Nothing: a request is made only when it is given out."""
+        return iter(())
+
     def close(self) -> None:
         """Nothing is held between reads."""
 
@@ -100,7 +104,7 @@ class JsonLinesSource:
     def read(self, stop: SelectableEvent) -> Iterator[Work | InvalidInput]:
         if self._stream is None:
             self._seen = SeenIds(self._state_dir)
-            self._stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")  # noqa: SIM115
+            self._stream = self._open()
             self._pipe = not stat.S_ISREG(os.fstat(self._stream.fileno()).st_mode)
         for raw in self._lines(self._stream, stop):
             self._number += 1
@@ -111,6 +115,15 @@ class JsonLinesSource:
                 yield item
             if self._state_failure is not None:
                 raise self._state_failure
+
+    def _open(self) -> BinaryIO:
+        """The input: standard input, a named pipe opened without waiting for its writer (so a stop still
+        wakes the reading, which waits in poll() instead), or a file."""
+        if self.path == "-":
+            return sys.stdin.buffer
+        if stat.S_ISFIFO(os.stat(self.path).st_mode):
+            return os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+        return open(self.path, "rb")  # noqa: SIM115 - closed by close()
 
     def _item(self, raw: bytes, where: str, seen: SeenIds) -> Work | InvalidInput | None:
         """What one line is for this run: None if an earlier run recorded it (or settles it now)."""
@@ -137,6 +150,23 @@ class JsonLinesSource:
             return None if resume is not None and resume.recorded_invalid(duplicate) else duplicate
         return item
 
+    def left_over(self) -> Iterator[Work | InvalidInput]:
+        """A pipe's lines read ahead into this source and not given out, then the start of a line whose end
+        has not come (``invalid_input``: cut short by the stop); nothing for a file, read again by a next run."""
+        if not self._pipe or self._seen is None:
+            return
+        while piece := self._unread.readline(MAX_LINE_BYTES + 1):
+            line = self._add_piece(piece)
+            if line is not None:
+                self._number += 1
+                item = self._item(line, f"line {self._number}", self._seen) if line.strip() else None
+                if item is not None:
+                    yield item
+        if self._partial or self._too_long:
+            self._number += 1
+            self._end_line()
+            yield InvalidInput(f"line {self._number}", "", "cut short: the daemon stopped before its end was read")
+
     def _lines(self, stream: BinaryIO, stop: SelectableEvent) -> Iterator[bytes]:
         """Whole lines, each cut at ``MAX_LINE_BYTES + 1`` (enough to be refused as too long: the rest
         is read past); a last line without its newline counts once the input has ended (not when following)."""
@@ -152,11 +182,16 @@ class JsonLinesSource:
                 if stop.wait(self._poll):
                     return
                 continue
-            if not self._too_long:
-                self._partial += chunk[:MAX_LINE_BYTES + 1 - len(self._partial)]
-                self._too_long = len(self._partial) > MAX_LINE_BYTES
-            if chunk.endswith(b"\n"):
-                yield self._end_line()
+            line = self._add_piece(chunk)
+            if line is not None:
+                yield line
+
+    def _add_piece(self, chunk: bytes) -> bytes | None:
+        """Add a piece of the current line; the whole line once ``chunk`` ends it, else None."""
+        if not self._too_long:
+            self._partial += chunk[:MAX_LINE_BYTES + 1 - len(self._partial)]
+            self._too_long = len(self._partial) > MAX_LINE_BYTES
+        return self._end_line() if chunk.endswith(b"\n") else None
 
     def _piece(self, stream: BinaryIO, stop: SelectableEvent) -> bytes | None:
         """A pipe's ``readline(MAX_LINE_BYTES + 1)`` that a stop wakes: the next piece of a line (up to its
@@ -168,11 +203,15 @@ class JsonLinesSource:
         waiting = select.poll()
         waiting.register(stream, select.POLLIN)
         waiting.register(stop, select.POLLIN)
-        waiting.poll()
-        if stop.is_set():
-            return None
-        self._unread = io.BytesIO(os.read(stream.fileno(), _PIPE_CHUNK))
-        return self._unread.readline(MAX_LINE_BYTES + 1)
+        while True:
+            waiting.poll()
+            if stop.is_set():
+                return None
+            try:
+                self._unread = io.BytesIO(os.read(stream.fileno(), _PIPE_CHUNK))
+            except BlockingIOError:  # a named pipe opened not to wait: nothing to read after all
+                continue
+            return self._unread.readline(MAX_LINE_BYTES + 1)
 
     def _end_line(self) -> bytes:
         line, self._partial, self._too_long = self._partial, b"", False

@@ -86,6 +86,8 @@ def _lost_to_kills(history: History) -> set[int]:
     for run in history.system.runs:
         if run.stopped_by == signal.SIGKILL:
             lost.update(run.consumed)
+            if run.partial_index is not None:
+                lost.add(run.partial_index)
     return lost
 
 
@@ -111,9 +113,9 @@ def _check_records(history: History) -> list[Violation]:
         # A full disk may cut a line short; the next write ends it, and the rerun records its request again.
         violations.append(Violation("torn_record", f"{history.torn_records} lines of the results are not JSON"))
     for run in system.runs:
-        if run.partial_line and run.stopped_by != signal.SIGKILL:
+        if run.partial_index is not None and run.stopped_by != signal.SIGKILL and not per_line[run.partial_index]:
             violations.append(Violation("pipe_partial_line", f"run {run.number} took part of a line out of its pipe"
-                                        " and ended without it"))
+                                        " and ended with no record of it", (name(run.partial_index),)))
     return violations
 
 
@@ -132,20 +134,16 @@ def _check_ledger(history: History) -> list[Violation]:
                                     tuple(str(entry.get("id")) for entry in strikes)))
     if blocked:
         violations.append(Violation("key_blocked", f"{len(blocked)} requests met a blocked key"))
-    accepted = sorted((entry for entry in history.ledger if entry.get("accept") is not None),
-                      key=lambda entry: (entry.get("boot", 0), entry["accept"]))
-    last: dict[str, int] = {}
-    out_of_order = []
-    for entry in accepted:
-        if entry.get("nonce") is None:
-            continue  # a timestamp took the nonce's place: the server checks it against its clock instead
-        nonce = int(entry["nonce"])
-        if entry["key"] in last and nonce <= last[entry["key"]]:
-            out_of_order.append(str(entry.get("id")))
-        last[entry["key"]] = nonce
-    if out_of_order:
-        violations.append(Violation("nonce_order", "the exchange accepted a nonce not above the key's last",
-                                    tuple(out_of_order)))
+    # A nonce sent again is the same request asked again (exactly-once settling); under another id it is reused.
+    ids_of: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for entry in history.ledger:
+        if entry.get("nonce") is not None and entry.get("verdict") not in ("invalid_key", "banned", "proxy_429"):
+            ids_of[(str(entry.get("key")), str(entry["nonce"]))].add(str(entry.get("id")))
+    reused = [f"{key[:4]}...:{nonce}" for (key, nonce), ids in ids_of.items() if len(ids) > 1]
+    if reused:
+        violations.append(Violation("nonce_reused", f"{len(reused)} nonces sent on one key for more than one request",
+                                    tuple(reused)))
+    accepted = [entry for entry in history.ledger if entry.get("accept") is not None]
     if setting.source == "generate":
         return violations
     times = collections.Counter(str(entry.get("id")) for entry in accepted)
@@ -156,7 +154,9 @@ def _check_ledger(history: History) -> list[Violation]:
             violations.append(Violation("accepted_twice", f"exactly-once: {len(twice)} ids accepted more than once "
                                         "at the exchange", tuple(twice)))
     else:
-        unmarked = [line_id for line_id, count in times.items() if count > 1 and not _marked(records.get(line_id))]
+        unknowable = _sent_by_killed_runs_without_a_journal(history)
+        unmarked = [line_id for line_id, count in times.items()
+                    if count > 1 and not _marked(records.get(line_id)) and line_id not in unknowable]
         if unmarked:
             violations.append(Violation("double_accept_unmarked", f"{len(unmarked)} ids accepted more than once with "
                                         "no record saying it may have been", tuple(unmarked)))
@@ -171,6 +171,21 @@ def _check_ledger(history: History) -> list[Violation]:
         violations.append(Violation("refused_but_accepted", f"{len(refused)} records say the request was not taken; "
                                     "the exchange accepted it", tuple(refused)))
     return violations
+
+
+def _sent_by_killed_runs_without_a_journal(history: History) -> set[str]:
+    """Ids a run killed with SIGKILL was given and did not record, with records on standard output: no send
+    journal tells the next run what was sent (documented: it sends them again, unmarked)."""
+    system = history.system
+    if system.setting.results != "stdout":
+        return set()
+    ids = {index: line_id for line_id, index in system.outputs.line_ids().items()}
+    unknowable = set()
+    for run in system.runs:
+        if run.stopped_by == signal.SIGKILL:
+            recorded = system.outputs.lines_recorded_by(run)
+            unknowable.update(ids[index] for index in run.lines if index in ids and index not in recorded)
+    return unknowable
 
 
 def _final_records_by_id(history: History) -> dict[str, dict]:
@@ -203,7 +218,7 @@ def _check_runs(history: History) -> list[Violation]:
                                         f"see {run.log}"))
         if any(secret in text for secret in secrets):
             violations.append(Violation("secret_shown", f"run {run.number} ({run.member}) printed a key or a secret"))
-        violations += _check_exit(run, runs, history.system.disk_full)
+        violations += _check_exit(run, runs, history.system.disk_full, history.ledger)
         summary = run.summary()
         if summary is not None:
             if not summary.get("identity_holds", False):
@@ -216,7 +231,14 @@ def _check_runs(history: History) -> list[Violation]:
     return violations
 
 
-def _check_exit(run: DaemonRun, runs: list[DaemonRun], disk_full: list[tuple[float, float]] = ()) -> list[Violation]:
+def _never_reached(run: DaemonRun, ledger: list[dict]) -> bool:
+    """Whether the exchange's ledger holds no request stamped while ``run`` lived (its wall clock, in ms)."""
+    start, end = run.wall_started * 1000, (run.wall_ended or float("inf")) * 1000
+    return not any(entry.get("stamp_ms") is not None and start <= entry["stamp_ms"] <= end for entry in ledger)
+
+
+def _check_exit(run: DaemonRun, runs: list[DaemonRun], disk_full: list[tuple[float, float]] = (),
+                ledger: list[dict] = ()) -> list[Violation]:
     if run.stopped_by == signal.SIGKILL:
         return []
     ended = run.ended if run.ended is not None else float("inf")
@@ -227,11 +249,13 @@ def _check_exit(run: DaemonRun, runs: list[DaemonRun], disk_full: list[tuple[flo
     if run.exit_code == 0:
         return []
     if (run.stopped_by is not None and run.exit_code == -run.stopped_by and run.summary() is None
-            and run.ended is not None and run.ended - run.started < START_UP_S):
+            and run.ended is not None and run.ended - run.started - run.paused_s < START_UP_S):
         return []  # stopped while Python was still starting, before the daemon could catch the signal
     earlier = [other for other in runs if other.member == run.member and other.number < run.number]
     if run.exit_code == 2 and earlier and earlier[-1].stopped_by == signal.SIGKILL:
         return []  # a member started again while its killed self still holds its name: refused, as documented
+    if run.exit_code == 4 and _never_reached(run, ledger):
+        return []  # documented: the exchange (or at start the store) gave it no answer at all
     if run.exit_code in DOCUMENTED_EXITS and run.stopped_by is None and run.exit_code != 1:
         return [Violation("exit", f"run {run.number} ({run.member}) exited {run.exit_code} with nothing stopping it: "
                           f"see {run.log}")]

@@ -31,10 +31,13 @@ class DaemonRun:
     ended: float | None = None
     #: The signal the nemesis stopped it with, if it did.
     stopped_by: int | None = None
-    #: A pipe run: the indexes of the lines the daemon took out of the pipe (wholly), and whether it took
-    #: part of one more.
+    #: A pipe run: the indexes of the lines the daemon took out of the pipe (wholly), and of the one it took
+    #: part of, if any.
     consumed: list[int] = field(default_factory=list)
-    partial_line: bool = False
+    partial_index: int | None = None
+    wall_ended: float | None = None
+    #: How long the nemesis kept it stopped (SIGSTOP): no part of its own time to start up.
+    paused_s: float = 0.0
 
     @property
     def log(self) -> Path:
@@ -80,6 +83,11 @@ class Outputs:
     def recorded_lines(self) -> set[int]:
         """The lines of the seed's input that have a final record so far."""
         records, _ = _all_records(self)
+        return {record.line for record in records if record.line is not None}
+
+    def lines_recorded_by(self, run: DaemonRun) -> set[int]:
+        """The lines ``run`` itself recorded (records on standard output: each run has its own)."""
+        records, _ = _read_records(run.stdout_records, run.lines, _line_ids(self))
         return {record.line for record in records if record.line is not None}
 
     def line_ids(self) -> dict[str, int]:

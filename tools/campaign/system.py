@@ -208,12 +208,20 @@ class System:
             self.start_daemon(member)
 
     def _remaining(self) -> list[int]:
-        """The lines of the seed's input a next run must still be given (file with stdout results, pipe)."""
+        """The lines of the seed's input a next run must still be given (file with stdout results, pipe): those
+        with no record, and for a pipe none an earlier run took out of its pipe (as a user could not give them
+        again: a run that lost one must be caught losing it)."""
         done = self.outputs.recorded_lines()
+        if self.setting.source == "pipe":
+            for run in self.runs:
+                done.update(run.consumed)
+                if run.partial_index is not None:
+                    done.add(run.partial_index)
         return [index for index in range(len(self.lines)) if index not in done]
 
     def start_daemon(self, member: str) -> DaemonRun | None:
         """Start a run of ``member`` (nothing if one is running, or a single daemon has nothing left to do)."""
+        self.reap(member)  # a run that ended by itself is noted before another takes its place
         with self._lock:
             if member in self._processes and self._processes[member][0].poll() is None:
                 return None
@@ -278,6 +286,7 @@ class System:
         with self._lock:
             process, run = self._processes.get(member, (None, None))
         if process is None or run is None or process.poll() is not None:
+            self.reap(member)
             return
         run.stopped_by = sig
         stop_process(process, sig, STOP_TIMEOUT_S)
@@ -285,8 +294,8 @@ class System:
 
     def pause_daemon(self, member: str, seconds: float) -> None:
         with self._lock:
-            process, _ = self._processes.get(member, (None, None))
-        if process is None or process.poll() is not None:
+            process, run = self._processes.get(member, (None, None))
+        if process is None or run is None or process.poll() is not None:
             time.sleep(seconds)
             return
         process.send_signal(signal.SIGSTOP)
@@ -294,6 +303,7 @@ class System:
             time.sleep(seconds)
         finally:
             process.send_signal(signal.SIGCONT)
+            run.paused_s += seconds
 
     def reap(self, member: str) -> DaemonRun | None:
         """Note the end of ``member``'s run if it has ended (its exit code, what it took from a pipe)."""
@@ -304,6 +314,7 @@ class System:
             del self._processes[member]
             run.exit_code = process.returncode
             run.ended = time.monotonic()
+            run.wall_ended = time.time()
             pipe = self._pipes.pop(member, None)
         if pipe is not None:
             taken = pipe.finish()
@@ -311,7 +322,8 @@ class System:
             for index in run.lines:
                 offset += len(self.lines[index]) + 1
                 if offset > taken:
-                    run.partial_line = offset - len(self.lines[index]) - 1 < taken
+                    if offset - len(self.lines[index]) - 1 < taken:
+                        run.partial_index = index
                     break
                 run.consumed.append(index)
         return run
