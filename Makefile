@@ -14,7 +14,7 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test test-unit bench bench-cluster demo-cluster chaos campaign soak profile diagrams
+.PHONY: help setup run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -110,3 +110,7 @@ test: setup  ## the whole suite in TEST_WORKERS parallel processes: unit tests, 
 
 test-unit: setup  ## only tests/unit: no server, no sleeping (under 10 s)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# NO_MKDOCS_2_WARNING: mkdocs-material prints a banner about its successor on every build; the pins hold.
+docs: setup  ## the documentation site from docs/ into site/ (mkdocs build --strict: a broken link or a warning fails it; offline)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site

@@ -176,15 +176,6 @@ def test_the_hook_of_a_profile_is_found_next_to_it(tmp_path: Path):
         load_profile(str(tmp_path / "q.toml"))
 
 
-def test_the_readme_s_profiles_are_profiles():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Your API: profiles"):readme.index("## What happens when")]
-    blocks = [block.split("```", 1)[0] for block in section.split("```toml\n")[1:]]
-    assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) == 5
-    for block in blocks:
-        read_profile(block, "README.md")
-
-
 def test_a_profile_without_rules_reads_the_id_echo_where_it_sends_the_id():
     table = AnswerTable(read_profile('[request]\nid_param = "clientOrderId"\n', "p.toml"))
     assert table.classify(200, b'{"status": "OK", "clientOrderId": "7"}', "7").outcome is Outcome.ACCEPTED

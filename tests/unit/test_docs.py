@@ -1,0 +1,148 @@
+"""The documentation says what the code does: every profile, input line, flag, outcome, exit code and the
+accounting identity in docs/ is checked against the code here (fast, no server).
+
+Markers: an HTML comment on the line right before a fenced block or a table (invisible on the site):
+
+- ``<!-- fragment -->`` before a ```toml block: a piece of a profile shown for its shape, not checked as a
+  whole profile. Every other ```toml block must pass ``thread-client profile check``.
+- ```jsonl blocks are input lines: each must read as a request; ``<!-- invalid-input -->`` before one says
+  each of its lines must be refused as ``invalid_input`` instead. ```json blocks must be JSON.
+- ``<!-- run -->`` before a ```bash block: run against the reference server by
+  ``tests/integration/test_docs_run.py``.
+- ``<!-- outcomes -->``, ``<!-- exit-code-table -->``, ``<!-- identity -->``: the table or line that follows
+  is pinned to ``FinalOutcome``, ``thread_client.exits`` and the summary's identity line.
+
+A small collector of our own (``tests/docs_blocks.py``) rather than pytest-examples or pytest-markdown-docs:
+both run Python code blocks, and these blocks are TOML profiles, JSON lines and shell commands that need a
+server on a free port, a private work folder and the port put into the command.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import pytest
+
+from docs_blocks import DOCS, Block, blocks
+from thread_client import cli, exits
+from thread_client.flow.queues import QueueCounts
+from thread_client.profile.command import profile_main
+from thread_client.profile.reader import _TABLES
+from thread_client.request import FinalOutcome, InvalidInput, Work, parse_line
+
+# The hook file MkDocs loads by path (docs/ is no package): the test reads the pages the build makes.
+_spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+hooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hooks)
+
+TOML = [block for block in blocks("toml") if block.marker != "fragment"]
+JSONL = blocks("jsonl")
+
+
+def _after_marker(page: str, marker: str) -> list[str]:
+    """The lines of the table or line that follows ``<!-- marker -->`` on a page, up to the next blank line."""
+    lines = (DOCS / page).read_text().splitlines()
+    start = lines.index(f"<!-- {marker} -->") + 1
+    end = lines.index("", start) if "" in lines[start:] else len(lines)
+    return lines[start:end]
+
+
+def _first_column(table: list[str]) -> set[str]:
+    rows = [line for line in table[2:] if line.startswith("|")]  # past the header and its rule
+    return {row.split("|")[1].strip().strip("`") for row in rows}
+
+
+def test_the_collector_finds_the_examples():
+    assert len(TOML) >= 10 and len(JSONL) >= 2
+    assert {block.included.name for block in TOML if block.included} >= {
+        "reference.toml", "signed-post-json.toml", "binance-spot-like.toml", "kraken-like.toml"}
+
+
+@pytest.mark.parametrize("block", TOML, ids=str)
+def test_every_toml_block_is_a_profile_the_check_accepts(block: Block, tmp_path, capsys):
+    path = block.included or tmp_path / "block.toml"
+    if not block.included:
+        path.write_text(block.text)
+    assert profile_main(["check", str(path)], "thread-client") == 0, capsys.readouterr().err
+
+
+def test_the_five_line_profile_is_five_lines():
+    [five] = [block for block in TOML if block.page == "api/index.md"]
+    assert len(five.text.strip().splitlines()) == 5
+
+
+@pytest.mark.parametrize("block", JSONL, ids=str)
+def test_every_input_line_block_reads_as_the_docs_say(block: Block):
+    expected = InvalidInput if block.marker == "invalid-input" else Work
+    for number, line in enumerate(block.text.strip().splitlines(), 1):
+        item = parse_line(line, f"line {number}")
+        assert isinstance(item, expected), (line, item)
+
+
+@pytest.mark.parametrize("block", blocks("json"), ids=str)
+def test_every_json_block_is_json(block: Block):
+    json.loads(block.text)
+
+
+def test_every_profile_field_is_on_its_table_s_page():
+    for table, fields in _TABLES.items():
+        if not table:
+            continue  # name and description: on the profiles page
+        page = (DOCS / "api" / f"{table.split('.')[0]}.md").read_text()
+        missing = [field for field in fields if f"`{field}`" not in page]
+        assert not missing, f"api/{table.split('.')[0]}.md does not name {missing}"
+
+
+def _flags(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", help_text))
+
+
+def test_every_flag_of_every_command_is_in_the_generated_cli_reference():
+    page = (DOCS / "reference" / "cli.md").read_text()
+    generated = hooks.on_page_markdown(page)
+    commands = ["", *cli._SUBCOMMANDS, *(f"profile {verb}" for verb in ("list", "show", "check"))]
+    for command in commands:
+        assert f"<!-- cli-help: {command} --help -->".replace(":  ", ": ") in page
+        flags = _flags(hooks.cli_help(f"{command} --help"))
+        assert flags and flags <= _flags(generated), (command, flags - _flags(generated))
+    verbs = re.search(r"\{([a-z,]+)\}", hooks.cli_help("profile --help")).group(1).split(",")
+    assert verbs == ["list", "show", "check"]
+
+
+#: Flags the pages name that belong to other tools: python -m tools.chaos, mkdocs.
+OTHER_TOOLS_FLAGS = {"--only", "--strict"}
+
+
+def test_every_flag_the_pages_name_exists():
+    """A flag renamed or removed from the daemon, its sub-commands or the reference server fails here."""
+    known = _flags(hooks.server_help()) | OTHER_TOOLS_FLAGS
+    for command in ["", *cli._SUBCOMMANDS, "profile list", "profile show", "profile check"]:
+        known |= _flags(hooks.cli_help(f"{command} --help"))
+    for path in [*DOCS.rglob("*.md"), DOCS.parent / "README.md"]:
+        unknown = _flags(path.read_text()) - known
+        assert not unknown, f"{path.name} names {sorted(unknown)}"
+
+
+def test_the_outcomes_page_lists_every_outcome_and_nothing_else():
+    assert _first_column(_after_marker("reference/outcomes.md", "outcomes")) == {o.value for o in FinalOutcome}
+
+
+def test_the_exit_codes_page_lists_every_code_and_nothing_else():
+    listed = {int(code) for code in _first_column(_after_marker("reference/exit-codes.md", "exit-code-table"))}
+    bad_arguments = 2  # argparse's, and a bad setting's (cli.main)
+    assert listed == {0, bad_arguments, *exits.EXIT_CODES.values()}
+    generated = hooks.exit_codes_table()
+    assert all(reason in generated for reason in exits.EXIT_CODES) and exits.EXIT_HELP in generated
+
+
+def test_the_identity_in_the_docs_is_the_summary_s_own_line():
+    every_term = QueueCounts(created=28, accepted=1, graveyard=2, main_queue=3, dlq=4, in_flight=5,
+                             left_for_next_run=6, taken_over=7)
+    summary_line = re.sub(r" \d+", "", every_term.identity())
+    [documented] = _after_marker("work/stops.md", "identity")
+    assert documented.strip("`") == summary_line
+    for path in DOCS.rglob("*.md"):  # an identity written anywhere else is this one, or a summary's real output
+        for stated in re.findall(r"created == [^`\n]*", path.read_text()):
+            assert stated == summary_line, path
