@@ -238,6 +238,41 @@ def test_a_send_fenced_off_at_its_last_step_is_handed_back_at_no_cost(delivery):
     rig.assert_clean()
 
 
+class RecordingJournal:
+    """A send journal that keeps its lines in a list."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, int]] = []
+
+    def sending(self, request: Request, key: str, nonce: int) -> None:
+        self.lines.append(("sending", request.req_id, nonce))
+
+    def answered(self, request: Request, key: str, nonce: int) -> None:
+        self.lines.append(("answered", request.req_id, nonce))
+
+    def notify_write_errors(self, callback) -> None:
+        pass
+
+    def unwritten(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_exactly_once_a_send_fenced_off_after_its_journal_line_is_written_down_as_never_sent():
+    """Its line said it left: the entry's next holder (or a restart) took it for a send in doubt and recorded
+    the request unknown, though nothing had left. Now the journal says it was answered without an accept."""
+    journal = RecordingJournal()
+    rig = Rig(SendFenced("the key's lease ended before the request could leave"), delivery=EXACTLY_ONCE,
+              journal=journal)
+    rig.submit("r1")
+    rig.handle_next()
+    assert journal.lines == [("sending", "r1", FIRST), ("answered", "r1", FIRST)]
+    assert rig.queues.counts().dlq == 1
+    rig.assert_clean()
+
+
 def test_exactly_once_a_resend_fenced_off_at_its_last_step_ends_unknown_as_a_lease_ended(caplog):
     rig = Rig(AnswerTimedOut("timed out"), SendFenced("the key's lease ended"), delivery=EXACTLY_ONCE)
     rig.submit("r1")

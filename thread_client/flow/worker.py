@@ -219,6 +219,13 @@ class Worker(ManagedThread):
         except (KeyNotHeld, OSError) as exc:
             self._retire_for_output(f"the answer to request {request.req_id} could not be written down", exc)
 
+    def _never_left(self, request: Request, permit: Permit) -> None:
+        """A send written down, then stopped before any byte left: its line must not make a restart, or the
+        entry's next holder, settle it as a send in doubt (it would end ``unknown``). A resend is left alone:
+        the send it repeats may have left."""
+        if not permit.resend:
+            self._note_answered(request, permit)
+
     def _retire_for_output(self, what: str, exc: Exception) -> None:
         """Something the key's next restart relies on could not be written: the key sends nothing more."""
         if self.key.retire("output failed"):
@@ -447,6 +454,7 @@ class Worker(ManagedThread):
                 raise
         if not self.key.may_send():  # a shared key's lease, checked right before the bytes leave (every send)
             limiter.cancel(permit)
+            self._never_left(request, permit)
             raise KeyNotHeld(self.key.name)
         if self._settles and not permit.resend:  # only a settle reads it: nothing more on the at-least-once path
             self._doubt_epoch = self.key.epoch()
@@ -457,6 +465,7 @@ class Worker(ManagedThread):
             if isinstance(exc, SendFenced):  # the lease ended after the check above, before any byte left
                 self._in_doubt = doubt
                 limiter.cancel(permit)
+                self._never_left(request, permit)
                 raise KeyNotHeld(self.key.name) from exc
             if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free at once
                 limiter.cancel(permit)
