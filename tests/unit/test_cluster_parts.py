@@ -47,7 +47,8 @@ def test_every_member_computes_the_same_owner_whatever_the_order():
 def test_the_names_of_one_key_share_one_hash_tag_and_never_hold_the_secret():
     names = Keyspace("tc").key("the-secret-api-key")
     tags = {name[name.index("{"): name.index("}") + 1] for name in (names.lease, names.lease_until, names.fence,
-                                                                     names.nonce_mark, names.strikes)}
+                                                                     names.nonce_mark, names.strikes,
+                                                                     names.stamped_until, names.holder_sends)}
     assert len(tags) == 1 and "the-secret" not in repr(names)
 
 

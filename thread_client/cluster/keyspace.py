@@ -23,7 +23,8 @@ class KeyNames:
     fence: str  # incremented on every acquisition: the fencing token
     nonce_mark: str  # the highest nonce any owner may have used
     strikes: str  # the key's rate-limit strikes, from every member in every run: the server forgets none
-    stamped_until: str  # until when (store ms) an owner's unanswered sends may still fill the server's ring
+    stamped_until: str  # until when (store ms) earlier owners' unanswered sends may still fill the server's ring
+    holder_sends: str  # from its acquisition to its release: when the holder may first send, how long its sends last
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class Keyspace:
         """The names of the API key whose ``key_id`` is ``key``."""
         tag = f"{self.prefix}:{{k:{key}}}"
         return KeyNames(f"{tag}:lease", f"{tag}:lease-until", f"{tag}:fence", f"{tag}:nonce-mark", f"{tag}:strikes",
-                        f"{tag}:stamped-until")
+                        f"{tag}:stamped-until", f"{tag}:holder-sends")
 
     @property
     def members(self) -> str:

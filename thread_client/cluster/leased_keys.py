@@ -5,7 +5,8 @@ key's lease says so (``ApiKey.may_send``). A keeper thread beats the member's
 heartbeat, works out which keys this member wins over the live members
 (rendezvous hashing), takes their leases (then keeps quiet for a window plus the
 unanswered hold after the previous lease ended, or until the previous owner's sends
-watched for a late answer can no longer be stamped), renews them, and hands over
+watched for a late answer can no longer be stamped: up to the late-answer cap after
+a lease that ran out unreleased), renews them, and hands over
 those it no longer wins once their last answers are in. A key's strikes live with
 it in the store: whichever member reads a 429 counts it there, the next owner
 carries the count on, and a key whose count reached the strike budget is retired
@@ -54,7 +55,8 @@ class LeasedKeyPool(BaseKeyPool):
     ``lease_ttl``, by the store's clock; by its own clock it stops sending ``margin`` earlier.
     ``strike_budget``: the strikes a key may have in its whole life, from every member (``Config.strike_budget``).
     ``late_answer_cap``: how long a send that timed out is watched for its late answer (``LateAnswers``): the server
-    may stamp it until then, so the key's next owner waits that out (and a window more).
+    may stamp it until then, so the key's next owner waits that out (and a window more); after a member that
+    stopped without releasing a key (killed, paused, cut off), its next owner waits the whole cap (``KeyLease``).
     ``state_dir``: where each key's host lock is, held shared for the life of the process: the other members on
     this host share it, a host-mode daemon on the same key is refused it (KeyInUse, both ways round).
     """
@@ -90,7 +92,7 @@ class LeasedKeyPool(BaseKeyPool):
         for secret, name in named.items():
             names = keyspace.key(secret)
             lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
-                             margin=max(0.05, lease_ttl / 10), clock=clock)
+                             margin=max(0.05, lease_ttl / 10), late_answer_cap=late_answer_cap, clock=clock)
             nonces = timestamps or NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
                 rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
@@ -165,7 +167,7 @@ class LeasedKeyPool(BaseKeyPool):
                 wanted.discard(kid)
             if lease.held and kid in wanted:
                 fence = lease.fence
-                if not lease.renew(self._stamped_for(key)):
+                if not lease.renew():
                     log.error("%s: lost the lease of %s (fence %s ended): no more sends on it", self.member, key.name,
                               fence)
             elif lease.held:
@@ -194,16 +196,17 @@ class LeasedKeyPool(BaseKeyPool):
         """Another member wins this key now: send nothing new, and release it once its last answer is in."""
         lease.handing_over = True
         if key.limiter.state().in_flight:
-            lease.renew(self._stamped_for(key))
+            lease.renew()
             return
         fence = lease.fence
         lease.release(self._stamped_for(key))
         log.info("%s: handed over %s (fence %s)", self.member, key.name, fence)
 
     def _stamped_for(self, key: ApiKey) -> float:
-        """How long from now this member's unanswered sends on ``key`` may still fill the server's ring: one
-        watched for its late answer may be stamped until the watch's cap, and fills the ring a window more
-        (a send not yet timed out is covered by the next owner's quiet period)."""
+        """How long from now this member's unanswered sends on ``key`` may still fill the server's ring, told
+        the store as the lease is released: one watched for its late answer may be stamped until the watch's
+        cap, and fills the ring a window more (a send not yet timed out is covered by the next owner's quiet
+        period)."""
         since = key.watched_since()
         return 0.0 if since is None else max(0.0, since + self._stamps_last - self._clock())
 

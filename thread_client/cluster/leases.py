@@ -10,9 +10,13 @@ margin, checked as the last step before the bytes leave (``may_send``, asked by
 the transport after the request is built and its connection made); a failed
 renewal ends it at once. The next owner then keeps quiet for a window plus the
 unanswered hold after the old lease ended (in the store's time), and until the
-old owner's sends still watched for a late answer can no longer fill the ring
-(a bound each holder keeps with the key while it watches them), so every stamp
-the old owner may have left in the server's ring has expired before its first send.
+old owner's sends watched for a late answer can no longer fill the ring, so every
+stamp the old owner may have left in the server's ring has expired before its first
+send. A holder that releases the key says how long its watched sends last (none:
+nothing more); one whose lease runs out unreleased (killed, paused, cut off from
+the store) cannot, so any send it made before its lease ended may be watched up to
+the late-answer cap, and the next owner waits the cap out too: about two minutes
+before a crashed member's key sends again, the price of never meeting its stamps.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from .keyspace import KeyNames, Keyspace
 from .scripts import Scripts
@@ -46,7 +51,9 @@ class KeyLease:
     (the member's lease keeper); ``may_send`` by the key's workers, right before each send.
 
     ``quiet``: a window plus the unanswered hold, the time a previous owner's stamps can outlive its
-    lease. ``margin``: how long before the lease's end (by this process's clock) sends stop.
+    lease. ``late_answer_cap``: how long a send that timed out is watched for its late answer: if this
+    lease runs out unreleased, the next owner keeps quiet that much longer. ``margin``: how long before
+    the lease's end (by this process's clock) sends stop.
     """
 
     def __init__(
@@ -58,6 +65,7 @@ class KeyLease:
         ttl: float,
         quiet: float,
         margin: float,
+        late_answer_cap: float = defaults.LATE_ANSWER_CAP,
         clock: Clock = monotonic,
     ) -> None:
         if not 0 <= margin < ttl:
@@ -66,7 +74,8 @@ class KeyLease:
         self.token = f"{member}:{secrets.token_hex(8)}"  # what the store holds while the lease is ours
         self._ttl_ms = max(1, round(ttl * 1000))
         self._ttl = ttl
-        self._quiet = quiet
+        self._quiet_ms = _ms(quiet)
+        self._outlive_ms = _ms(quiet + late_answer_cap)  # after the lease's end, by the store: timeout, watch, window
         self._margin = margin
         self._clock = clock
         self._scripts = scripts
@@ -101,25 +110,23 @@ class KeyLease:
         asked_at = self._clock()
         names = self._names
         reply = self._scripts.acquire_lease(
-            keys=[names.lease, names.lease_until, names.fence, names.strikes, names.stamped_until],
-            args=[self.token, self._ttl_ms])
+            keys=[names.lease, names.lease_until, names.fence, names.strikes, names.stamped_until, names.holder_sends],
+            args=[self.token, self._ttl_ms, self._quiet_ms, self._outlive_ms])
         if reply is None:
             return None
-        fence, ended_ms, now_ms, strikes, stamped_ms = (int(value) for value in reply)
-        quiet_for = max(0.0, (ended_ms - now_ms) / 1000 + self._quiet, (stamped_ms - now_ms) / 1000)
+        fence, sends_from_ms, now_ms, strikes = (int(value) for value in reply)
+        quiet_for = (sends_from_ms - now_ms) / 1000
         self.fence, self.handing_over = fence, False
         self._send_from = self._clock() + quiet_for  # counted from the reply: later than the store's now, so safe
         self._send_before = asked_at + self._ttl - self._margin
         return LeaseGrant(fence, quiet_for, strikes)
 
-    def renew(self, stamped_for: float = 0.0) -> bool:
-        """Extend the lease, and keep with it that this holder's unanswered sends may fill the server's ring
-        for ``stamped_for`` seconds more (the next owner waits that out); False (and no further send) if it
-        is no longer ours."""
+    def renew(self) -> bool:
+        """Extend the lease; False (and no further send) if it is no longer ours. Nothing is said of the sends
+        watched for a late answer: should the lease run out unreleased, the next owner waits out the cap anyway."""
         asked_at = self._clock()
         renewed = self._scripts.renew_lease(
-            keys=[self._names.lease, self._names.lease_until, self._names.stamped_until],
-            args=[self.token, self._ttl_ms, _ms(stamped_for)])
+            keys=[self._names.lease, self._names.lease_until], args=[self.token, self._ttl_ms])
         if renewed == 1:
             self._send_before = asked_at + self._ttl - self._margin
             return True
@@ -134,10 +141,12 @@ class KeyLease:
 
     def release(self, stamped_for: float = 0.0) -> None:
         """Give the lease up (after the key's last answer), so the next owner's quiet period starts now, or
-        once this holder's unanswered sends can no longer fill the ring (``stamped_for`` seconds from now)."""
+        once this holder's unanswered sends can no longer fill the ring (``stamped_for`` seconds from now),
+        or an earlier owner's, whichever is later."""
         self.lost()
+        names = self._names
         self._scripts.release_lease(
-            keys=[self._names.lease, self._names.lease_until, self._names.stamped_until],
+            keys=[names.lease, names.lease_until, names.stamped_until, names.holder_sends],
             args=[self.token, _ms(stamped_for)])
 
 

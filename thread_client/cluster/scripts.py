@@ -37,60 +37,62 @@ _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math
 # KEYS[2] - when the key's current or last lease ends or ended (store ms): the next owner's quiet period
 # KEYS[3] - the key's fencing counter, bumped on every acquisition
 # KEYS[4] - the key's rate-limit strikes, from every member in every run
-# KEYS[5] - until when (store ms) an owner's unanswered sends may still fill the server's ring
+# KEYS[5] - until when (store ms) earlier owners' unanswered sends may still fill the server's ring
+# KEYS[6] - the holder's sends: a hash kept from its acquisition until its release, so a lease that ran out
+#           unreleased is told from one given up: 'sends-from', when its quiet period ended (store ms), and
+#           'outlive', how long (ms) a send made before its lease ended may fill the ring after that end
 # ARGV[1] - the new holder's token
 # ARGV[2] - the lease's time to live, ms
-# return nil if somebody holds the lease; else {fence, when the last lease ended (ms, at most now), now (ms),
-# the key's strikes so far, until when earlier owners' unanswered sends may fill the ring (ms, 0 if never)}
+# ARGV[3] - how long (ms) any owner's stamps may outlive its lease: a window plus the unanswered hold
+# ARGV[4] - how long (ms) the new holder's sends may fill the ring after its lease ends, if it runs out unreleased
+# A last lease that ran out after its holder could send leaves a bound of its end and its 'outlive'; one that ran
+# out in its quiet period sent nothing. Every earlier owner's bound is kept in KEYS[5], never lowered: the new
+# holder may die in its quiet period too.
+# return nil if somebody holds the lease; else {fence, when the new holder's quiet period ends (ms, at least now),
+# now (ms), the key's strikes so far}
 _ACQUIRE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local ended = tonumber(redis.call('GET', KEYS[2]) or '0')
-if ended > now then ended = now end
+local ended = math.min(tonumber(redis.call('GET', KEYS[2]) or '0'), now)
+local stamped = tonumber(redis.call('GET', KEYS[5]) or '0')
+local last = redis.call('HMGET', KEYS[6], 'sends-from', 'outlive')
+if last[1] and ended > tonumber(last[1]) then stamped = math.max(stamped, ended + tonumber(last[2])) end
+local sends_from = math.max(now, ended + tonumber(ARGV[3]), stamped)
 local fence = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
-return {fence, string.format('%.0f', ended), string.format('%.0f', now), redis.call('GET', KEYS[4]) or '0',
-        redis.call('GET', KEYS[5]) or '0'}
+redis.call('SET', KEYS[5], string.format('%.0f', stamped))
+redis.call('HSET', KEYS[6], 'sends-from', string.format('%.0f', sends_from), 'outlive', ARGV[4])
+return {fence, string.format('%.0f', sends_from), string.format('%.0f', now), redis.call('GET', KEYS[4]) or '0'}
 """
-
-
-def _raise_stamped_until(arg: int) -> str:
-    """The end of the holder's scripts below: KEYS[3], until when (store ms) an owner's unanswered sends may still
-    fill the server's ring, raised to ARGV[arg] ms from now; never lowered, so an earlier owner's bound stays."""
-    return f"""
-local stamped = now + tonumber(ARGV[{arg}])
-if stamped > tonumber(redis.call('GET', KEYS[3]) or '0') then
-  redis.call('SET', KEYS[3], string.format('%.0f', stamped))
-end
-"""
-
 
 # KEYS[1] - the key's lease
 # KEYS[2] - when the key's lease ends (store ms)
-# KEYS[3] - until when (store ms) an owner's unanswered sends may still fill the server's ring
 # ARGV[1] - the holder's token
 # ARGV[2] - the lease's time to live, ms
-# ARGV[3] - how long from now the holder's unanswered sends may still fill the ring, ms (0: none can)
 # return 1 if the lease was the token's and now lasts ARGV[2] ms more, else 0 (nothing changed)
 _RENEW_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])))
-""" + _raise_stamped_until(3) + """
 return 1
 """
 
 # KEYS[1] - the key's lease
 # KEYS[2] - when the key's lease ends or ended (store ms): set to now, the next owner's quiet period starts
-# KEYS[3] - until when (store ms) an owner's unanswered sends may still fill the server's ring
+# KEYS[3] - until when (store ms) earlier owners' unanswered sends may still fill the server's ring
+# KEYS[4] - the holder's sends (see _ACQUIRE_LEASE): dropped, the holder's bound is ARGV[2] alone
 # ARGV[1] - the holder's token
 # ARGV[2] - how long from now the holder's unanswered sends may still fill the ring, ms (0: none can)
+# KEYS[3] is raised to that bound, never lowered: an earlier owner's stays until it has passed.
 # return 1 if the lease was the token's and is released, else 0 (nothing changed)
 _RELEASE_LEASE = _COORDINATION + _NOW_MS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[4])
 redis.call('SET', KEYS[2], string.format('%.0f', now))
-""" + _raise_stamped_until(2) + """
+local stamped = now + tonumber(ARGV[2])
+if stamped > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], string.format('%.0f', stamped))
+end
 return 1
 """
 
