@@ -85,7 +85,7 @@ DEMO_SECONDS ?= 60
 demo-cluster: setup  ## Valkey + 3 daemons for DEMO_SECONDS with a live table (keys, accepted/s per member); one is killed half-way
 	DEMO_SECONDS=$(DEMO_SECONDS) $(PY) -m tools.demo_cluster
 
-chaos: setup  ## seven fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, keys held by Retry-After with a CPU bound, TLS, lost answers); fails on any broken invariant
+chaos: setup  ## fourteen hand-picked fault scenarios (faults + restart + a second client, idle timeout, 503 burst, 20 s outage, keys held by Retry-After with a CPU bound, TLS, lost answers, freezes, odd lines, a full disk, three members through an outage four ways); fails on any broken invariant
 	$(PY) -m tools.chaos --seconds $(CHAOS_SECONDS)
 
 SOAK_SECONDS ?= 600

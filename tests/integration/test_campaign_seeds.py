@@ -1,6 +1,6 @@
 """A fixed handful of the fault campaign's seeds, played in every test run: together they cover one daemon
-on a file, a pipe and generated work, and a cluster under each delivery, through kills, restarts, bursts, cuts
-and delays. New seeds are for ``make campaign``, never for CI: a fresh finding becomes a test, not a red build."""
+on a file, a pipe and generated work, and a cluster under each delivery, through kills, restarts, a full disk
+and a freeze. New seeds are for ``make campaign``, never for CI: a fresh finding becomes a test, not a red build."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from tools.campaign.setting import draw_setting
 #: seed -> what it plays (checked below, so the comment cannot drift from the draw).
 CI_SEEDS = {
     1036: ("single", "file", "at-least-once"),  # SIGKILL and a rerun of the same file
-    1022: ("single", "pipe", "exactly-once"),  # the link to the exchange cut
-    1009: ("single", "generate", "at-least-once"),  # 503 + Retry-After, a slow link, a cut
-    1031: ("cluster", "stream", "at-least-once"),  # Valkey restarted, a member killed
-    1035: ("cluster", "stream", "exactly-once"),  # the link to the exchange cut under two members
+    1022: ("single", "pipe", "exactly-once"),  # odd lines; the exchange restarted (its ledger remembers)
+    1009: ("single", "generate", "at-least-once"),  # signed, TLS; a full disk, the exchange restarted and frozen
+    1031: ("cluster", "stream", "at-least-once"),  # odd entries; Valkey's clients killed, a member killed
+    1035: ("cluster", "stream", "exactly-once"),  # the exchange restarted under two members
 }
 SECONDS = 10
 

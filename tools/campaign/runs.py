@@ -150,22 +150,26 @@ def _all_records(system: Outputs) -> tuple[list[Record], int]:
         return records, 0
     if setting.source == "generate":
         return [], 0
-    if setting.results == "stdout":
-        records, torn = [], 0
-        for run in system.runs:
+    records, torn = [], 0
+    own_numbering = setting.results == "stdout" or setting.source == "pipe"
+    for run in system.runs:
+        # Records the disk refused are printed on standard error, one JSON line each: final records too.
+        printed, _ = _read_records(run.log, run.lines if own_numbering else None, ids)
+        records += printed
+        if setting.results == "stdout":
             more, cut = _read_records(run.stdout_records, run.lines, ids)
             records += more
             torn += cut
+    if setting.results == "stdout":
         return records, torn
+    in_file, torn = _read_records(system.results_file, None, ids)
     if setting.source == "pipe":
         # Each pipe run numbers its own lines: records name them by id, or by the run's line.
-        records, torn = _read_records(system.results_file, None, ids)
         by_run = [run for run in system.runs if run.lines]
-        for record in records:
+        for record in in_file:
             if record.line is not None and record.fields.get("id") not in ids:
                 record.line = _pipe_line(record.fields, by_run)
-        return records, torn
-    return _read_records(system.results_file, None, ids)
+    return records + in_file, torn
 
 
 def _pipe_line(fields: dict, runs: list[DaemonRun]) -> int | None:
