@@ -14,10 +14,16 @@ millisecond timestamp checked against a receive window and the server's own
 clock (which may be set off), per-key secrets and an HMAC-SHA256 signature, and
 a ban of every key (418) after repeated 429s. ``Modes`` holds them.
 
+Limit models, off by default too (``Limits``), replace the contract's ring of step 4 by another common
+algorithm (fixed windows, GCRA, the weighted two-window estimate, a decaying counter), one small class each
+with ``admit(now_ms, cost)``, chosen once at the start; shared by the keys of an account or of the whole host;
+with a cost per endpoint (``--weights``). Each stamps after the incoming latency, where the ring does, and
+each rejection is a strike toward the block, as the ring's is.
+
 The ledger (``--ledger PATH``, off by default) writes one JSON line per request on a key, with its
 key, nonce, id, the instant it was stamped and the verdict, flushed to the kernel as each request
 ends: the history the fault campaign judges the client by. A server restarted on the same ledger
-reads it back first, so it remembers each key's last nonce, ring and strikes as a real exchange
+reads it back first, so it remembers each key's last nonce, limit state and strikes as a real exchange
 would across a restart.
 """
 
@@ -38,12 +44,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Ledger", "Modes", "main"]
+__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Ledger", "Limits", "Modes", "main"]
 
 DEFAULT_KEYS = (
     "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
@@ -65,6 +72,8 @@ MSG_INVALID_NONCE = "invalid nonce"
 MSG_BAD_TIMESTAMP = "timestamp outside recv window"
 MSG_BAD_SIGNATURE = "invalid signature"
 MSG_BANNED = "banned: too many rate limit errors"
+#: The server's own endpoints besides /api/request: --weights may not name them.
+RESERVED_PATHS = frozenset({"/api/stats", "/api/accepted", "/api/time"})
 #: 429s are counted over this long for a ban (--ban-after).
 BAN_PERIOD_S = 60.0
 
@@ -76,20 +85,16 @@ def wall_ms() -> int:
 
 @dataclass
 class KeyState:
-    """Per-key ring, nonce and counts; guarded by ExchangeState's lock."""
+    """Per-key limit state (shared with other keys under an account or host scope), nonce and counts; guarded
+    by ExchangeState's lock."""
 
-    rate: int
-    ring: list[int] = field(init=False)
-    index: int = 0
+    limit: LimitModel
     last_nonce: int | None = None
     accepted: int = 0
     rate_limited: int = 0
     blocked: int = 0
     invalid_nonce: int = 0
     is_blocked: bool = False
-
-    def __post_init__(self) -> None:
-        self.ring = [0] * self.rate
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,223 @@ class Modes:
     ban_after: int | None = None
     ban_s: float = 10.0
 
+
+class RollingWindow:
+    """The contract's step 4: a ring of ``rate`` stamps; a request of cost c fits if the c oldest stamps are
+    all more than ``window_ms`` old, and then takes their slots. As lean as the contract's ring was inline:
+    every benchmark runs on it."""
+
+    def __init__(self, rate: int, window_ms: int) -> None:
+        self.ring = [0] * rate
+        self.index = 0
+        self._rate = rate
+        self._window_ms = window_ms
+
+    def admit(self, now_ms: int, cost: int) -> bool:
+        # The ring holds stamps oldest first from index on: the c-th oldest is the newest that must have expired.
+        # The contract's own case (cost 1) is written out: the hot path of every benchmark.
+        index = self.index
+        if cost == 1:
+            if now_ms - self.ring[index] > self._window_ms:
+                self.ring[index] = now_ms
+                self.index = (index + 1) % self._rate
+                return True
+            return False
+        if cost > self._rate or now_ms - self.ring[(index + cost - 1) % self._rate] <= self._window_ms:
+            return False
+        self.take(now_ms, cost)
+        return True
+
+    def take(self, now_ms: int, cost: int) -> None:
+        """Spend ``cost`` at ``now_ms`` whether it fits or not (each model has one): the ledger's restore."""
+        for _ in range(cost):
+            self.ring[self.index] = now_ms
+            self.index = (self.index + 1) % self._rate
+
+    def state(self) -> dict:
+        return {"ring": list(self.ring)}
+
+
+class FixedWindow:
+    """At most ``rate`` units in each window k = [k x window_ms, (k+1) x window_ms) of the server's clock
+    (``offset_ms`` included), as Flask-Limiter's fixed window and OKX's do."""
+
+    def __init__(self, rate: int, window_ms: int, offset_ms: int) -> None:
+        self._rate = rate
+        self._window_ms = window_ms
+        self._offset_ms = offset_ms
+        self.window = 0
+        self.used = 0
+
+    def admit(self, now_ms: int, cost: int) -> bool:
+        window = (now_ms + self._offset_ms) // self._window_ms
+        used = self.used if window <= self.window else 0
+        if used + cost > self._rate:
+            return False
+        self.take(now_ms, cost)
+        return True
+
+    def take(self, now_ms: int, cost: int) -> None:
+        window = (now_ms + self._offset_ms) // self._window_ms
+        if window > self.window:
+            self.window, self.used = window, 0
+        self.used += cost
+
+    def state(self) -> dict:
+        return {"window": self.window, "used": self.used}
+
+
+class LeakyBucket:
+    """GCRA, as nginx ``limit_req`` and most gateways enforce: emission interval T = window_ms / rate,
+    tolerance tau = burst x T; a request of cost c fits at s if max(TAT, s) + (c - 1) x T <= s + tau, then
+    TAT = max(TAT, s) + c x T (c = 1: s >= TAT - tau). Kept in units of 1/rate ms, so every step is exact."""
+
+    def __init__(self, rate: int, window_ms: int, burst: int) -> None:
+        self._rate = rate
+        self._window_ms = window_ms  # T in units of 1/rate ms
+        self._burst = burst
+        self.tat = 0  # the theoretical arrival time, in units of 1/rate ms
+
+    def admit(self, now_ms: int, cost: int) -> bool:
+        now = now_ms * self._rate
+        if max(self.tat, now) + (cost - 1) * self._window_ms > now + self._burst * self._window_ms:
+            return False
+        self.take(now_ms, cost)
+        return True
+
+    def take(self, now_ms: int, cost: int) -> None:
+        self.tat = max(self.tat, now_ms * self._rate) + cost * self._window_ms
+
+    def state(self) -> dict:
+        return {"tat_ms": self.tat / self._rate}
+
+
+class SlidingCounter:
+    """The weighted two-window estimate of HAProxy, Cloudflare and many Redis limiters: windows aligned as
+    FixedWindow's; at s, e = the ms elapsed in the current window, and a request of cost c fits if
+    previous x (1 - e / window_ms) + current + c <= rate (compared times window_ms, so exactly)."""
+
+    def __init__(self, rate: int, window_ms: int, offset_ms: int) -> None:
+        self._rate = rate
+        self._window_ms = window_ms
+        self._offset_ms = offset_ms
+        self.window = 0
+        self.previous = 0
+        self.current = 0
+
+    def admit(self, now_ms: int, cost: int) -> bool:
+        window, elapsed = divmod(now_ms + self._offset_ms, self._window_ms)
+        self._roll(window)
+        weighted = self.previous * (self._window_ms - elapsed) + (self.current + cost) * self._window_ms
+        if weighted > self._rate * self._window_ms:
+            return False
+        self.current += cost
+        return True
+
+    def take(self, now_ms: int, cost: int) -> None:
+        self._roll((now_ms + self._offset_ms) // self._window_ms)
+        self.current += cost
+
+    def _roll(self, window: int) -> None:
+        """Move on to ``window`` if it is later; a clock stepped back counts in the current window."""
+        if window > self.window:
+            self.previous = self.current if window == self.window + 1 else 0
+            self.window, self.current = window, 0
+
+    def state(self) -> dict:
+        return {"window": self.window, "previous": self.previous, "current": self.current}
+
+
+class DecayingCounter:
+    """Kraken's counter: it drains by ``decay_per_s`` continuously (never below 0); a request of cost c fits
+    if counter + c <= ``maximum``, and adds c. Kept as a Fraction, so a boundary is exact."""
+
+    def __init__(self, maximum: int, decay_per_s: Fraction) -> None:
+        self._maximum = maximum
+        self._decay_per_ms = decay_per_s / 1000
+        self.level = Fraction(0)
+        self.at_ms: int | None = None
+
+    def admit(self, now_ms: int, cost: int) -> bool:
+        self._drain(now_ms)
+        if self.level + cost > self._maximum:
+            return False
+        self.level += cost
+        return True
+
+    def take(self, now_ms: int, cost: int) -> None:
+        self._drain(now_ms)
+        self.level += cost
+
+    def _drain(self, now_ms: int) -> None:
+        if self.at_ms is not None and now_ms > self.at_ms:
+            self.level = max(Fraction(0), self.level - self._decay_per_ms * (now_ms - self.at_ms))
+        self.at_ms = now_ms if self.at_ms is None else max(self.at_ms, now_ms)
+
+    def state(self) -> dict:
+        return {"level": float(self.level)}
+
+
+LimitModel = RollingWindow | FixedWindow | LeakyBucket | SlidingCounter | DecayingCounter
+LIMIT_MODELS = ("rolling-window", "fixed-window", "leaky-bucket", "sliding-counter", "decaying-counter")
+LIMIT_SCOPES = ("key", "account", "host")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Step 4's rule and what shares it; the defaults are the contract's: a ring of ``rate`` per 1000 ms per key.
+
+    ``model`` names one of the classes above (``rate`` is the decaying counter's maximum); ``scope`` is
+    ``key`` (each key its own state), ``account`` (keys with one ``accounts`` name share one; a key with none
+    is alone) or ``host`` (one state for every key). A rejection spends nothing in any model.
+    """
+
+    model: str = "rolling-window"
+    window_ms: int = WINDOW_MS
+    burst: int | None = None
+    decay_per_s: Fraction | None = None
+    offset_ms: int = 0
+    scope: str = "key"
+    accounts: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model not in LIMIT_MODELS:
+            raise ValueError(f"--limit-model must be one of {', '.join(LIMIT_MODELS)}, got {self.model}")
+        if self.scope not in LIMIT_SCOPES:
+            raise ValueError(f"--limit-scope must be one of {', '.join(LIMIT_SCOPES)}, got {self.scope}")
+        if self.window_ms < 1:
+            raise ValueError(f"--window-ms must be at least 1, got {self.window_ms}")
+        if self.burst is not None and (self.model != "leaky-bucket" or self.burst < 0):
+            raise ValueError(f"--burst needs --limit-model leaky-bucket and a value of 0 or more, got {self.burst}")
+        if self.decay_per_s is not None and self.model != "decaying-counter":
+            raise ValueError("--decay-per-s needs --limit-model decaying-counter")
+        if self.decay_per_s is None and self.model == "decaying-counter":
+            raise ValueError("--limit-model decaying-counter needs --decay-per-s")
+        if self.decay_per_s is not None and not self.decay_per_s > 0:
+            raise ValueError(f"--decay-per-s must be positive, got {float(self.decay_per_s):g}")
+        if self.scope == "account" and not self.accounts:
+            raise ValueError("--limit-scope account needs accounts: KEY SECRET ACCOUNT lines in --keys-file")
+
+    def group(self, key: str) -> tuple[str, str]:
+        """The name of the state ``key`` spends from."""
+        if self.scope == "host":
+            return ("host", "")
+        if self.scope == "account" and key in self.accounts:
+            return ("account", self.accounts[key])
+        return ("key", key)
+
+    def new_model(self, rate: int) -> LimitModel:
+        if self.model == "fixed-window":
+            return FixedWindow(rate, self.window_ms, self.offset_ms)
+        if self.model == "leaky-bucket":
+            return LeakyBucket(rate, self.window_ms, self.burst or 0)
+        if self.model == "sliding-counter":
+            return SlidingCounter(rate, self.window_ms, self.offset_ms)
+        if self.model == "decaying-counter":
+            return DecayingCounter(rate, self.decay_per_s or Fraction(0))
+        return RollingWindow(rate, self.window_ms)
+
+
 #: Verdicts of a request that passed the rate limit: each spent a slot of its key's ring.
 SLOT_VERDICTS = frozenset({"accepted", "lost_answer", "invalid_nonce", "bad_timestamp", "fail", "garbage", "drop",
                            "stall", "error"})
@@ -160,8 +382,9 @@ class Ledger:
     A line: ``seq``, ``boot`` (which start of the server), ``key``, ``nonce`` (as sent), ``id`` (the
     ``req_id``), ``stamp_ms`` (the server's clock when the rate limit was applied, or null), ``accept``
     (the order of acceptance, for accepted requests), ``verdict`` and ``status`` (the HTTP status
-    to be sent, null when the connection is closed without an answer). It is written as the request is
-    decided, before the outgoing latency and the answer.
+    to be sent, null when the connection is closed without an answer), and ``cost`` when the request's cost
+    (``--weights``) is not 1. It is written as the request is decided, before the outgoing latency and the
+    answer.
     """
 
     def __init__(self, path: str) -> None:
@@ -211,14 +434,16 @@ class ExchangeState:
         ban_s: float = 10.0,
         ledger: Ledger | None = None,
         banned_for: float = 0.0,
+        limits: Limits = Limits(),
     ) -> None:
-        self._rate = rate
         self._max_429 = max_429
         self._clock_ms = clock_ms
         self._started = time.monotonic()
         # Guards every KeyState and the totals below; held only for short, non-blocking steps.
         self._lock = threading.Lock()
-        self._keys = {key: KeyState(rate) for key in keys}
+        # One limit state per key, account or host (Limits.group), chosen once: admit() only calls its admit().
+        models: dict[tuple[str, str], LimitModel] = {}
+        self._keys = {key: KeyState(models.setdefault(limits.group(key), limits.new_model(rate))) for key in keys}
         for key in blocked_keys:
             self._keys[key].is_blocked = True
         self._invalid_key = 0
@@ -241,16 +466,18 @@ class ExchangeState:
             self._restore(ledger.entries)
 
     def _restore(self, entries: list[dict]) -> None:
-        """Take up where an earlier run on the same ledger ended: each key's last nonce, its ring (the latest
-        stamps that spent a slot), its strikes and block, and how often each id was accepted."""
-        stamps: dict[str, list[int]] = collections.defaultdict(list)
+        """Take up where an earlier run on the same ledger ended: each key's last nonce, its limit state (every
+        stamp that spent from it, with its cost, taken again in stamp order: each model's state is a function
+        of what it admitted, so this restores every model, under the model and scope the server now runs),
+        its strikes and block, and how often each id was accepted."""
+        spent: list[tuple[int, int, KeyState]] = []
         for entry in entries:
             state = self._keys.get(entry.get("key"))
             if state is None:
                 continue
             verdict = entry.get("verdict")
             if verdict in SLOT_VERDICTS and entry.get("stamp_ms") is not None:
-                stamps[entry["key"]].append(entry["stamp_ms"])
+                spent.append((entry["stamp_ms"], entry.get("cost", 1), state))
             if verdict == "rate_limited":
                 state.rate_limited += 1
             if verdict in ACCEPTED_VERDICTS:
@@ -260,12 +487,10 @@ class ExchangeState:
                     state.last_nonce = nonce
                 self._accepts = max(self._accepts, entry.get("accept") or 0)
                 self._count_accepted(entry.get("id"))
-        for key, state in self._keys.items():
+        for state in self._keys.values():
             state.is_blocked = state.is_blocked or state.rate_limited >= self._max_429
-            latest = sorted(stamps[key])[-self._rate:]
-            for stamp in latest:
-                state.ring[state.index] = stamp
-                state.index = (state.index + 1) % self._rate
+        for stamp, cost, state in sorted(spent, key=lambda spend: spend[0]):
+            state.limit.take(stamp, cost)
 
     def is_known(self, key: str | None) -> bool:
         return key in self._keys
@@ -329,9 +554,9 @@ class ExchangeState:
         self._accepted_ids[req_id or ""] = seen + 1
         self._duplicate_accepts += seen > 0
 
-    def admit(self, key: str) -> tuple[str | None, int | None]:
-        """Steps 3 and 4 of the contract as one atomic step: the error message, or None if a slot was spent;
-        and the instant (server ms) the ring was looked at, None for a blocked key."""
+    def admit(self, key: str, cost: int = 1) -> tuple[str | None, int | None]:
+        """Steps 3 and 4 of the contract as one atomic step: the error message, or None if ``cost`` was spent
+        from the key's limit state; and the instant (server ms) it was looked at, None for a blocked key."""
         with self._lock:
             state = self._keys[key]
             if state.is_blocked or state.rate_limited >= self._max_429:
@@ -339,9 +564,7 @@ class ExchangeState:
                 state.blocked += 1
                 return MSG_BLOCKED, None
             now = self._clock_ms()
-            if now - state.ring[state.index] > WINDOW_MS:
-                state.ring[state.index] = now
-                state.index = (state.index + 1) % self._rate
+            if state.limit.admit(now, cost):
                 return None, now
             state.rate_limited += 1
             self._count_429()
@@ -378,7 +601,7 @@ class ExchangeState:
                     "invalid_nonce": s.invalid_nonce,
                     "is_blocked": s.is_blocked,
                     "last_nonce": s.last_nonce,
-                    "ring": list(s.ring),
+                    **s.limit.state(),
                 }
                 for key, s in self._keys.items()
             }
@@ -441,10 +664,10 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self._answer(200, self.server.state.stats())
         elif url.path == "/api/accepted":
             self._answer(200, {"req_ids": self.server.state.accepted_ids()})
-        elif url.path == "/api/request":
+        elif url.path in self.server.costs:  # /api/request, and every path of --weights
             read = self._params(url.query)
             if read is not None:
-                self._handle_request(*read, url.query)
+                self._handle_request(*read, url.query, self.server.costs[url.path])
         else:
             self._answer(404, error_body("not found"))
 
@@ -482,7 +705,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
                 params.setdefault(name, value if isinstance(value, str) else json.dumps(value))
         return params, body
 
-    def _handle_request(self, params: dict[str, str], body: str, query: str) -> None:
+    def _handle_request(self, params: dict[str, str], body: str, query: str, cost: int) -> None:
         server = self.server
         state = server.state
         modes = server.modes
@@ -491,8 +714,10 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         # before the outgoing latency: a server killed while it sleeps has the request in its ledger.
         entry: dict = {"key": key, "nonce": params.get("nonce"), "id": params.get("req_id"), "stamp_ms": None,
                        "accept": None, "verdict": None, "status": None}
+        if cost != 1:
+            entry["cost"] = cost
         try:
-            self._decide(params, body, query, key, entry)
+            self._decide(params, body, query, key, entry, cost)
         finally:
             if entry["verdict"] is None and entry["stamp_ms"] is not None:
                 self._write_ledger(entry, "error", None)  # a slot spent, then the handler failed: no answer
@@ -502,7 +727,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         if self.server.state.ledger is not None:
             self.server.state.ledger.write(entry)
 
-    def _decide(self, params: dict[str, str], body: str, query: str, key: str | None, entry: dict) -> None:
+    def _decide(self, params: dict[str, str], body: str, query: str, key: str | None, entry: dict, cost: int) -> None:
         """The contract's steps for one request; each ending writes the ledger's line, then answers."""
         server = self.server
         state = server.state
@@ -536,7 +761,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             answer("bad_signature", 401, error_body(MSG_BAD_SIGNATURE))
             return
         server.sleep_latency()
-        refusal, entry["stamp_ms"] = state.admit(key)
+        refusal, entry["stamp_ms"] = state.admit(key, cost)
         if refusal is not None:
             answer("blocked" if refusal == MSG_BLOCKED else "rate_limited", 429, error_body(refusal))
             return
@@ -663,8 +888,11 @@ class ExchangeServer(ThreadingHTTPServer):
         proxy_429_rate: float = 0.0,
         lost_answer_rate: float = 0.0,
         modes: Modes = Modes(),
+        costs: dict[str, int] | None = None,
     ) -> None:
         self.state = state
+        # What a request to each endpoint costs (--weights); any other path but the server's own is a 404.
+        self.costs = costs or {"/api/request": 1}
         self.modes = modes
         self.retry_after = retry_after
         self.idle_timeout = idle_timeout
@@ -702,9 +930,9 @@ class ExchangeServer(ThreadingHTTPServer):
             time.sleep(delay_ms / 1000)
 
 
-def read_keys(path: str) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Keys from a file, one per line, each with its secret after white space if it has one (``KEY
-    SECRET``, the client's keys file); blank lines and '#' comments are skipped."""
+def read_keys(path: str) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
+    """Keys from a file, one per line, each with its secret and its account after white space if it has them
+    (``KEY SECRET ACCOUNT``, the client's keys file); blank lines and '#' comments are skipped."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     rows = [line.split() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     keys = tuple(row[0] for row in rows)
@@ -712,7 +940,28 @@ def read_keys(path: str) -> tuple[tuple[str, ...], dict[str, str]]:
         raise ValueError(f"keys file {path} holds no keys")
     if len(set(keys)) != len(keys):
         raise ValueError(f"keys file {path} lists a key twice")
-    return keys, {row[0]: row[1] for row in rows if len(row) > 1}
+    return keys, {row[0]: row[1] for row in rows if len(row) > 1}, {row[0]: row[2] for row in rows if len(row) > 2}
+
+
+def _decay(text: str) -> Fraction:
+    """A --decay-per-s value, exact (0.33 stays 33/100); its sign is checked with the other flags."""
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _weights(text: str) -> dict[str, int]:
+    """``--weights /api/order=5,/api/cancel=2``: each endpoint's cost, a whole number of at least 1."""
+    costs: dict[str, int] = {}
+    for item in text.split(","):
+        path, marker, cost = item.partition("=")
+        if not (marker and path.startswith("/") and cost.isdigit() and int(cost) >= 1):
+            raise argparse.ArgumentTypeError(f"{item!r} is not PATH=N with a path from / and a whole N >= 1")
+        if path in RESERVED_PATHS:
+            raise argparse.ArgumentTypeError(f"{path} is the server's own endpoint, not one to weigh")
+        costs[path] = int(cost)
+    return costs
 
 
 class _Parser(argparse.ArgumentParser):
@@ -728,7 +977,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-dist", choices=("uniform", "exponential"), default="uniform",
                         help="uniform in [0, --max-latency-ms], as the contract says; or exponential with the same "
                         "mean and a long tail (default %(default)s)")
-    parser.add_argument("--rate", type=int, default=20, help="accepted requests per key per 1000 ms (default %(default)s)")
+    parser.add_argument("--rate", type=int, default=20,
+                        help="accepted requests (cost units) per key per --window-ms; the decaying counter's maximum "
+                        "(default %(default)s)")
     parser.add_argument("--max-429", type=int, default=10, help="rate-limit rejections after which a key is blocked (default %(default)s)")
     parser.add_argument("--keys-file", help="file with one valid key per line (default: the five public test keys)")
     parser.add_argument("--seed", type=int, help="seed for the random latencies and faults (default: unseeded)")
@@ -754,8 +1005,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="probability of accepting a request (nonce spent) and then closing without an answer (default 0)")
     parser.add_argument("--ledger", metavar="PATH",
                         help="append every request on a key to this JSON-lines file (key, nonce, id, stamp, verdict, "
-                        "status); a server restarted on the same file first reads back each key's last nonce, ring "
-                        "and strikes from it (default off)")
+                        "status, and cost if not 1); a server restarted on the same file first reads back each key's "
+                        "last nonce, limit state and strikes from it (default off)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     modes = parser.add_argument_group("emulating other APIs (off by default: the contract as written)")
     modes.add_argument("--key-header", metavar="NAME", help="read the key from this header instead of api_key")
@@ -779,6 +1030,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        "restart walks into (default 0: none)")
     modes.add_argument("--ban-seconds", type=float, default=10.0,
                        help="the first ban's length; each next ban lasts twice the last (default %(default)s)")
+    limits = parser.add_argument_group("limit models (off by default: the contract's ring per key)")
+    limits.add_argument("--limit-model", choices=LIMIT_MODELS, default="rolling-window",
+                        help="the rate limit of step 4: the contract's ring, windows aligned to the server's clock, "
+                        "GCRA, the weighted two-window estimate, or a counter that drains (default %(default)s)")
+    limits.add_argument("--window-ms", type=int, default=WINDOW_MS,
+                        help="the window of --rate, ms; leaky-bucket: one request per window/rate (default %(default)s)")
+    limits.add_argument("--burst", type=int, metavar="N",
+                        help="leaky-bucket only: the tolerance, in requests beyond the steady rate (default 0)")
+    limits.add_argument("--decay-per-s", type=_decay, metavar="D",
+                        help="decaying-counter only, and needed there: units the counter drains per second")
+    limits.add_argument("--limit-scope", choices=LIMIT_SCOPES, default="key",
+                        help="who shares a limit state: each key; the keys of one account (third column of "
+                        "--keys-file); or every key of the host (default %(default)s)")
+    limits.add_argument("--weights", type=_weights, default={}, metavar="PATH=N,...",
+                        help="a request to PATH costs N units (default 1); each PATH is an endpoint answering as "
+                        "/api/request does")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
@@ -801,7 +1068,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--tls-cert and --tls-key go together")
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
-        args.keys, secrets = read_keys(args.keys_file) if args.keys_file else (DEFAULT_KEYS, {})
+        args.keys, secrets, accounts = read_keys(args.keys_file) if args.keys_file else (DEFAULT_KEYS, {}, {})
+        args.limits = Limits(args.limit_model, args.window_ms, args.burst, args.decay_per_s, args.clock_offset_ms,
+                             args.limit_scope, accounts)
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     if args.sign and set(secrets) != set(args.keys):
@@ -832,7 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"original_server.py: error: cannot use --ledger {args.ledger}: {exc.strerror}", file=sys.stderr)
         return 2
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked, ban_after=args.ban_after,
-                          ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for)
+                          ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for, limits=args.limits)
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
@@ -841,6 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
             close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
             proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate, modes=args.modes,
+            costs={"/api/request": 1, **args.weights},
         )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)

@@ -14,9 +14,11 @@ import time
 import pytest
 import requests
 
-from conftest import KEY, KEYS, ROOT
+from fractions import Fraction
+
+from conftest import KEY, KEYS, ROOT, FakeClock
 import original_server
-from original_server import MSG_BLOCKED, MSG_INVALID_NONCE, MSG_RATE_LIMITED, ExchangeState
+from original_server import MSG_BLOCKED, MSG_INVALID_NONCE, MSG_RATE_LIMITED, ExchangeState, Limits
 
 SERVER = str(ROOT / "original_server.py")
 
@@ -237,6 +239,17 @@ def test_unknown_path_is_404_json(fast_server):
         (["--fail-rate", "2"], "--fail-rate"),
         (["--keys-file", "/nonexistent/keys"], "/nonexistent/keys"),
         (["--bogus"], "unrecognized"),
+        (["--burst", "2"], "--burst needs --limit-model leaky-bucket"),
+        (["--limit-model", "leaky-bucket", "--burst", "-1"], "--burst"),
+        (["--limit-model", "decaying-counter"], "decaying-counter needs --decay-per-s"),
+        (["--limit-model", "decaying-counter", "--decay-per-s", "-0.5"], "--decay-per-s must be positive"),
+        (["--decay-per-s", "1"], "--decay-per-s needs --limit-model decaying-counter"),
+        (["--weights", "/api/order"], "--weights"),
+        (["--weights", "/api/order=heavy"], "--weights"),
+        (["--weights", "/api/order=0"], "--weights"),
+        (["--weights", "/api/stats=2"], "the server's own endpoint"),
+        (["--limit-scope", "account"], "KEY SECRET ACCOUNT"),
+        (["--window-ms", "0"], "--window-ms"),
     ],
 )
 def test_bad_command_line_is_one_line_and_exit_2(args, message):
@@ -349,3 +362,117 @@ def test_banned_for_answers_418_with_retry_after_to_every_key_until_it_ends(star
     assert server.stats()["totals"]["accepted"] == 0
     unbanned = start_server("--max-latency-ms", "0", "--banned-for", "0")
     assert call(unbanned, api_key=KEYS[2], nonce=1, req_id="b")[0] == 200
+
+
+# Each limit model on a fake clock (ms): (instant, admitted?) in order; the last admitted request and the first
+# refused one sit at the rule's exact boundary.
+LIMIT_SEQUENCES = {
+    # Windows of 1000 ms aligned to the server's clock, which runs 250 ms ahead: window 1 starts at 750.
+    "fixed-window": (Limits("fixed-window", offset_ms=250), 3,
+                     [(740, True), (740, True), (749, True), (749, False), (750, True), (750, True), (750, True),
+                      (1749, False), (1750, True)]),
+    # T = 1000 / 4 = 250 ms, tau = 1 x T: two at once, then one per 250 ms.
+    "leaky-bucket": (Limits("leaky-bucket", burst=1), 4,
+                     [(1000, True), (1000, True), (1000, False), (1249, False), (1250, True), (1499, False),
+                      (1500, True)]),
+    # 10 in window 0; at 1250, 10 x 0.75 + 2 = 9.5 leaves no room for 1; at 1300, 10 x 0.7 + 2 + 1 = 10 fits.
+    "sliding-counter": (Limits("sliding-counter"), 10,
+                        [(500, True)] * 10 + [(999, False), (1250, True), (1250, True), (1250, False), (1300, True),
+                                              (1300, False)]),
+    # Max 3, draining 0.5 a second: full at 0; 2.0005 at 1999 (no room); 2 at 2000 (room for exactly one).
+    "decaying-counter": (Limits("decaying-counter", decay_per_s=Fraction("0.5")), 3,
+                         [(0, True), (0, True), (0, True), (1999, False), (2000, True), (2000, False)]),
+    # The contract's ring, 3 per 1000 ms (its slots start at 0): a slot frees strictly more than 1000 ms after
+    # its stamp.
+    "rolling-window": (Limits(), 3, [(2100, True), (2100, True), (2600, True), (3100, False), (3101, True),
+                                     (3101, True), (3101, False), (3600, False), (3601, True)]),
+}
+
+
+@pytest.mark.parametrize("model", LIMIT_SEQUENCES)
+def test_each_limit_model_admits_its_sequence_and_refuses_at_the_exact_boundary(model):
+    limits, rate, sequence = LIMIT_SEQUENCES[model]
+    clock = FakeClock(0)
+    state = ExchangeState((KEY,), rate, max_429=100, clock_ms=clock, limits=limits)
+    verdicts = []
+    for at_ms, _ in sequence:
+        clock.advance(at_ms - clock.now)
+        refusal, stamp = state.admit(KEY)
+        assert stamp == at_ms and refusal in (None, MSG_RATE_LIMITED)
+        verdicts.append(refusal is None)
+    assert verdicts == [admitted for _, admitted in sequence]
+    assert state.stats()["keys"][KEY]["rate_limited"] == verdicts.count(False)  # each refusal is a strike
+
+
+@pytest.mark.parametrize("model", ["rolling-window", "fixed-window", "leaky-bucket", "sliding-counter"])
+def test_a_cost_spends_that_many_units_in_each_model(model):
+    """Rate 4: a cost of 3 then 1 fills every model at one instant; a 2 after a 3 does not fit, nor a 5 ever."""
+    limits = Limits(model, burst=3) if model == "leaky-bucket" else Limits(model)
+    for costs, admitted in (([3, 1, 1], [True, True, False]), ([3, 2, 1], [True, False, True]), ([5], [False])):
+        state = ExchangeState((KEY,), 4, max_429=100, clock_ms=lambda: 5_000, limits=limits)
+        assert [state.admit(KEY, cost)[0] is None for cost in costs] == admitted, costs
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ["--limit-model", "rolling-window"],
+        ["--limit-model", "fixed-window"],
+        ["--limit-model", "leaky-bucket", "--burst", "2"],
+        ["--limit-model", "sliding-counter"],
+        ["--limit-model", "decaying-counter", "--decay-per-s", "0.000001"],
+    ],
+    ids=lambda args: args[1],
+)
+def test_each_limit_model_over_http_admits_the_rate_then_strikes_toward_the_block(start_server, model):
+    """Windows of 10^9 ms (about 11 days): the three requests cannot straddle a boundary in any model."""
+    server = start_server("--max-latency-ms", "0", "--rate", "3", "--window-ms", str(10**9), "--max-429", "2", *model)
+    with requests.Session() as session:
+        answers = [call(server, session, api_key=KEY, nonce=n, req_id=n) for n in range(1, 7)]
+    assert [status for status, _ in answers] == [200, 200, 200, 429, 429, 429]
+    assert [body.get("error_msg") for _, body in answers[3:]] == [MSG_RATE_LIMITED, MSG_RATE_LIMITED, MSG_BLOCKED]
+    assert call(server, api_key=KEYS[1], nonce=1, req_id="other")[0] == 200  # each key its own state
+
+
+def test_weights_make_paths_endpoints_of_their_cost_and_a_restart_restores_the_counter(start_server, tmp_path):
+    """A decaying counter of max 10 that barely drains: an order (cost 4) twice and a request (cost 1) leave 1
+    unit; after a SIGKILL and a restart on the same ledger the counter is still at 9: an order is refused."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "0", "--limit-model", "decaying-counter", "--decay-per-s", "0.000001",
+                          "--rate", "10", "--weights", "/api/order=4,/api/cancel=1", "--ledger", str(ledger))
+    with requests.Session() as session:
+        order = lambda n: session.get(f"{server.url}/api/order", params={"api_key": KEY, "nonce": n, "req_id": n},
+                                      timeout=5)
+        assert [order(1).status_code, order(2).status_code] == [200, 200]
+        assert call(server, session, api_key=KEY, nonce=3, req_id=3)[0] == 200
+        assert session.get(f"{server.url}/api/nope", timeout=5).status_code == 404
+        server.stop(signal.SIGKILL)
+        server.start()
+        answer = order(4)
+        assert (answer.status_code, answer.json()["error_msg"]) == (429, MSG_RATE_LIMITED)
+        assert call(server, session, api_key=KEY, nonce=5, req_id=5)[0] == 200  # 9 + 1 = 10 still fits
+    assert [line.get("cost", 1) for line in read_ledger(ledger)] == [4, 4, 1, 4, 1]
+    assert "cost" not in read_ledger(ledger)[2]  # a cost of 1 is left out, as before weights
+
+
+def test_an_account_scope_shares_one_state_between_its_keys(start_server, tmp_path):
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-a\n{KEYS[2]} s2 desk-b\n{KEYS[3]}\n")
+    server = start_server("--max-latency-ms", "0", "--rate", "2", "--window-ms", "60000", "--keys-file",
+                          str(keys_file), "--limit-scope", "account")
+    with requests.Session() as session:
+        codes = [call(server, session, api_key=key, nonce=n, req_id=n)[0]
+                 for n, key in enumerate([KEYS[0], KEYS[1], KEYS[0], KEYS[1], KEYS[2], KEYS[2], KEYS[3], KEYS[3]])]
+    assert codes == [200, 200, 429, 429, 200, 200, 200, 200]  # a key with no account is alone
+    keys = server.stats()["keys"]
+    assert [keys[key]["rate_limited"] for key in KEYS[:4]] == [1, 1, 0, 0]  # the strike is the sender's
+
+
+def test_a_host_scope_shares_one_state_between_every_key(start_server):
+    server = start_server("--max-latency-ms", "0", "--rate", "3", "--window-ms", "60000", "--limit-scope", "host")
+    with requests.Session() as session:
+        codes = [call(server, session, api_key=key, nonce=1, req_id=key)[0] for key in KEYS]
+    assert codes == [200, 200, 200, 429, 429]
+    stats = server.stats()
+    assert [stats["keys"][key]["rate_limited"] for key in KEYS] == [0, 0, 0, 1, 1]
+    assert stats["keys"][KEYS[0]]["ring"] == stats["keys"][KEYS[4]]["ring"]  # one ring for all
