@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import select
 import signal
 import time
 
-from conftest import KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
+from conftest import KEY, KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
 from thread_client.limits.keys import mask
 from tools.harness.processes import free_port
 from tools.harness.client_process import GRAVEYARD_FILE
@@ -155,3 +156,25 @@ def test_a_ten_second_outage_mid_run_buries_nothing_and_full_speed_resumes(start
     assert summary["identity_holds"] and summary["retries"] <= 10
     assert graveyard_reasons(tmp_path) <= {"shutdown"}
     assert "connection refused" in out and "answers again after an outage" in out
+
+
+def test_a_tls_connection_opened_ahead_of_its_first_send_carries_it_unreplaced(start_server, tmp_path):
+    """TLS 1.3 session tickets wait unread on a connection opened before the permit: they read as "closed by
+    the server", and the connection was replaced after the nonce had been drawn (a later nonce of the key
+    could leave first; two handshakes per connection; a stale connection counted each time)."""
+    from thread_client.io.transport import HttpTransport, tls_context
+
+    tls = tls_setup(tmp_path)
+    server = start_server("--max-latency-ms", "0", *tls.server_args, ssl_context=tls.context)
+    transport = HttpTransport(f"{server.url}/api/request", KEY, ssl_context=tls_context(tls.client_args[1]))
+    try:
+        for nonce in range(1, 4):
+            transport.connect()
+            opened = transport._connection.sock
+            wait_for(lambda: select.select([opened], [], [], 0)[0] != [])  # the tickets have come
+            answer = transport.send(nonce, f"r{nonce}")
+            assert answer.status == 200 and not answer.replaced_stale
+            assert transport._connection.sock is opened
+            transport.close()
+    finally:
+        transport.close()

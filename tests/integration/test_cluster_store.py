@@ -298,3 +298,22 @@ def test_a_lease_that_runs_out_unreleased_makes_the_next_owner_wait_out_the_late
     grants = []
     wait_for(lambda: grants.append(new.acquire()) or grants[-1] is not None, timeout=5)
     assert grants[-1].fence == 2 and LATE_ANSWER_CAP <= grants[-1].quiet_for <= LATE_ANSWER_CAP + QUIET
+
+
+def test_a_lease_taken_again_never_lets_a_block_of_the_earlier_lease_be_drawn_from(valkey):
+    """The earlier blocks were forgotten only after the lease was held: a worker waking in between (a quiet
+    period of 0) could draw a nonce below the last owner's, and a 400 to it could settle as an accept."""
+    pool = leased_pool(valkey, "a")
+    key = next(iter(pool))
+    lease = pool._leases[key.id]
+    held_when_forgotten: list[bool] = []
+    forget = key.limiter.nonces.reserve_again
+
+    def reserve_again() -> None:
+        held_when_forgotten.append(lease.held)
+        forget()
+
+    key.limiter.nonces.reserve_again = reserve_again
+    pool._round()  # takes the key
+    assert pool.held() and held_when_forgotten == [False]
+    pool.release()

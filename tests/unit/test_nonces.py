@@ -207,3 +207,20 @@ def test_one_process_per_key_per_host(tmp_path):
     first.unlock()
     second.lock()  # released: the next process may take it
     second.unlock()
+
+
+def test_an_early_reservation_that_fails_leaves_the_current_block_to_draw_from_and_is_not_retried_at_once():
+    """It raised out of acquire though the current block covered seconds of nonces: during a store blip every
+    send past the half-way point was handed back (after a store timeout each); a full disk stopped the daemon."""
+    calls: list[int] = []
+
+    def reserve(wanted: int) -> tuple[int, int]:
+        calls.append(wanted)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return wanted, wanted + 99
+
+    nonces = NonceGenerator(clock=lambda: 0, reserve=reserve)
+    assert [draw(nonces) for _ in range(100)] == list(range(1, 101))
+    assert calls == [1, 101]  # the early try of the second block failed, once: no retry on each draw
+    assert draw(nonces) == 101 and calls == [1, 101, 101]  # needed now: reserved, and it went through

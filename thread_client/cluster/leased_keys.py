@@ -173,11 +173,13 @@ class LeasedKeyPool(BaseKeyPool):
             elif lease.held:
                 self._hand_over(key, lease)
             elif kid in wanted and not self._closing:
+                # Before the lease: a block from an earlier lease of this member may lie below the last owner's
+                # nonces, and a worker may draw as soon as the lease is held (a quiet period of 0).
+                key.limiter.nonces.reserve_again()
                 grant = lease.acquire()
                 if grant is not None and self._spent(key, grant):
                     self._hand_over(key, lease)
                 elif grant is not None:
-                    key.limiter.nonces.reserve_again()  # a block from an earlier lease may lie below the last owner's
                     key.limiter.hold(grant.quiet_for)
                     log.info("%s: took the lease of %s, fence %d; first send in %.2f s (%d members)", self.member,
                              key.name, grant.fence, grant.quiet_for, len(members))

@@ -51,7 +51,7 @@ class HttpTransport:
     persistent connection. The reference profile's: ``GET <endpoint>?api_key&nonce&req_id``.
 
     The stdlib ``http.client`` connection is the layer urllib3 and requests are
-    built on; used directly it costs the least CPU per call (see the README).
+    built on; used directly it costs the least CPU per call (see docs/how/order-rule.md, "Transport").
     Errors are sorted by what they mean for the request, each a ``TransportError``:
 
     * ``ConnectFailed``: refused, name not resolved, TLS handshake failed or connect
@@ -202,12 +202,26 @@ def _connection_to(url: str, timeout: float, ssl_context: ssl.SSLContext | None)
 
 def _closed_by_peer(sock: socket.socket) -> bool:
     """True if an idle keep-alive socket has been closed (or reset) by the server: it reads as ready
-    although no answer is due. Never blocks."""
+    although no answer is due. Over TLS, records that carry no data (TLS 1.3 session tickets, which a
+    connection opened ahead of its first send has not read yet) make it ready too: they are taken in,
+    and only data or the end of the connection count. Never blocks."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return True
-    return bool(readable)
+    if not readable or not isinstance(sock, ssl.SSLSocket):
+        return bool(readable)
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)  # data no request asked for, or b"" (the end): either way the connection is done
+    except ssl.SSLWantReadError:
+        return False  # only records that are no data: still open
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
+    return True
 
 
 def idle_limit(keep_alive: str | None) -> float:

@@ -3,8 +3,8 @@ never outside a block reserved first (a durable mark on this host, or a block in
 
 from __future__ import annotations
 
+import logging
 import threading
-
 from typing import Callable
 
 from ..clock import WallMicros, wall_micros
@@ -20,6 +20,11 @@ BLOCK = 10_000_000
 #: above the one asked for, made safe (durable, or held in the store) before it returns. May raise: then
 #: no nonce is handed out from it (an OSError, a mark the state dir refused, is raised as StateNotWritten).
 Reserve = Callable[[int], tuple[int, int]]
+#: After an early reservation failed (the store away, the disk full), the next early try waits this long
+#: (microseconds): the current block still covers the nonces meanwhile, and no send pays for the retries.
+EARLY_RETRY_US = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 class NonceGenerator:
@@ -53,6 +58,7 @@ class NonceGenerator:
         self._first = self._reserved_to = start_above  # the block nonces are drawn from now
         self._ahead: tuple[int, int] | None = None  # the block reserved early, drawn from once the current one ends
         self._generation = 0  # moves on when the blocks reserved so far are forgotten
+        self._early_after = 0  # no early reservation before this (wall micros): the last one failed
 
     def __repr__(self) -> str:
         return f"<NonceGenerator last={self._last}>"
@@ -91,14 +97,22 @@ class NonceGenerator:
             return  # nothing due, or an early reservation runs already (the current block covers the next nonce)
         try:
             with self._lock:
-                wanted, _ = self._wanted()
+                wanted, needed = self._wanted()
                 generation = self._generation
             if wanted is None:
                 return
             try:
                 block = self._reserve(wanted)
-            except OSError as exc:
-                raise StateNotWritten("a nonce mark", exc) from exc
+            except Exception as exc:
+                if not needed:  # an early reservation: the current block still covers the next nonces
+                    with self._lock:
+                        self._early_after = self._clock() + EARLY_RETRY_US
+                    log.warning("nonces: reserving the next block early failed (%s); tried again in a second, "
+                                "or when the current block ends", exc)
+                    return
+                if isinstance(exc, OSError):
+                    raise StateNotWritten("a nonce mark", exc) from exc
+                raise
             with self._lock:
                 if generation == self._generation:  # else reserved under a lease given up meanwhile
                     self._add(block)
@@ -113,7 +127,8 @@ class NonceGenerator:
             return None, False  # next() refuses it: nothing to reserve
         if upcoming > self._reserved_to and (self._ahead is None or upcoming > self._ahead[1]):
             return upcoming, True
-        if self._ahead is None and self._reserved_to < INT64_MAX and 2 * upcoming > self._first + self._reserved_to:
+        if (self._ahead is None and self._reserved_to < INT64_MAX and 2 * upcoming > self._first + self._reserved_to
+                and upcoming >= self._early_after):
             return self._reserved_to + 1, False
         return None, False
 
