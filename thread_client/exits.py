@@ -1,4 +1,4 @@
-"""Why the daemon stops, and the exit code each reason gives (documented in ``--help`` and the README)."""
+"""Why the daemon stops, and the exit code each reason gives (in ``--help`` and docs/reference/exit-codes.md)."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ class FinalOutcome(enum.Enum):
     REJECTED = "rejected"  # the API refused the request itself
     RETRIES_EXHAUSTED = "retries_exhausted"
     INVALID_INPUT = "invalid_input"  # a line that is no request: never sent
-    KEY_BLOCKED = "key_blocked"  # generated work left when every key was retired (the user's own is left for a rerun)
-    SHUTDOWN = "shutdown"  # generated work still queued at a stop
+    KEY_BLOCKED = "key_blocked"  # work left when every key was retired that no next run can take up (resumability.py)
+    SHUTDOWN = "shutdown"  # work still queued at a stop that no next run can take up: generated, a pipe, --results -
     UNKNOWN = "unknown"  # may have been accepted, and exactly-once could not settle it
 
     def reason(self, detail: str = "") -> str:

@@ -75,8 +75,9 @@ def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_ser
 
 
 def test_strikes_are_remembered_across_runs_so_a_restarted_daemon_never_gets_a_key_blocked(start_server, tmp_path):
-    # The README's --rate 25 under a supervisor that restarts the daemon: each run parks its keys after
-    # three strikes; with a fresh budget every run, the server (which never forgets) blocked them in the third.
+    # The --rate 25 of docs/promises/keys-and-nonces.md under a supervisor that restarts the daemon: each run
+    # parks its keys after three strikes; with a fresh budget every run, the server (which never forgets)
+    # blocked them in the third.
     server = start_server("--max-latency-ms", "5")
     state = tmp_path / "state"
     runs = []

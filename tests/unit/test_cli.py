@@ -272,7 +272,7 @@ def test_exactly_once_over_the_user_s_requests_needs_a_results_file_to_journal_i
 
 
 def test_a_state_dir_that_refuses_a_write_at_start_is_the_output_failure_not_a_bad_argument(monkeypatch, capsys):
-    """Exit 1 as at run time (the README's table), one line, never 2: the command line was right."""
+    """Exit 1 as at run time (docs/reference/exit-codes.md), one line, never 2: the command line was right."""
     from thread_client import cli
     from thread_client.errors import StateNotWritten
 

@@ -114,7 +114,7 @@ class RetryPolicy:
         unsent: int = 0,
         during_outage: bool = False,
     ) -> Action:
-        """The action for an attempt that came to ``outcome`` (the answer table in the README).
+        """The action for an attempt that came to ``outcome`` (the answer table in docs/how/answers.md).
 
         ``failures`` counts the request's earlier attempts that spent a retry, ``unsent``
         its earlier attempts that cost nothing; ``retry_after`` is the server's

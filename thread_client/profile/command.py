@@ -17,9 +17,9 @@ def profile_main(argv: list[str], prog: str) -> int:
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
     verbs.add_parser("list", help="the built-in profiles, with what each describes")
     show = verbs.add_parser("show", help="a profile as TOML with every default filled in")
-    show.add_argument("profile", metavar="NAME|PATH")
+    show.add_argument("profile", metavar="NAME|PATH", help="a built-in profile's name, or a profile file")
     check = verbs.add_parser("check", help="check profile files; exit 2 with file:line: what for every error")
-    check.add_argument("paths", metavar="PATH", nargs="+")
+    check.add_argument("paths", metavar="PATH", nargs="+", help="profile files")
     args = parser.parse_args(argv)
     if args.verb == "list":
         for name in builtin_names():
