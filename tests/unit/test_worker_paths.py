@@ -435,6 +435,21 @@ def test_at_least_once_invalid_nonce_on_the_stale_resend_is_ambiguous_and_retrie
     rig.assert_clean()
 
 
+@pytest.mark.parametrize("resend", [ConnectFailed("connection refused"), server_error(), rate_limited()],
+                         ids=["refused", "500", "429"])
+def test_at_least_once_a_stale_resend_that_settles_nothing_leaves_the_first_copy_ambiguous(resend):
+    """Campaign seed 5006 (a proxy cutting every connection, then refusing new ones): the first copy over the
+    kept connection had been accepted, the resend met a refused connect, and the retry under a fresh nonce was
+    accepted again: the record said ambiguous_attempts 0. Only a 200 or a 400 to the resend tells its fate."""
+    rig = Rig(StaleConnection("closed under the request"), resend, ok("r1"))
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces[:2] == [FIRST, FIRST] and request.ambiguous == 1
+    while rig.queues.counts().accepted == 0:
+        rig.handle_next()
+    assert request.ambiguous == 1  # the record says the request may have been accepted twice
+
+
 def test_at_least_once_a_stale_send_overtaken_by_a_later_one_is_not_resent_but_retried_under_a_fresh_nonce():
     # Another send on the key leaves right after this one: repeating this nonce now could only be
     # refused, and the refusal would prove nothing (the limiter raises SendOvertaken).

@@ -239,6 +239,10 @@ class Worker(ManagedThread):
         nonce; any other ambiguous attempt stays what it is, and the policy retries it under a fresh one."""
         if reading is _STALE:
             reading, retry_after = self._resend_after_stale(first, request)
+            if reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous:
+                # Only a 200 or a 400 to the same nonce tells the first copy's fate: a refused connect, a 5xx, a
+                # 429 to the resend leave it open, and the retry under a fresh nonce may be accepted a second time.
+                request.ambiguous += 1
         if reading.outcome.ambiguous:
             request.ambiguous += 1
         return reading, retry_after
