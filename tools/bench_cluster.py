@@ -1,5 +1,6 @@
 """``make bench-cluster``: three daemons sharing 15 keys and one work stream through Valkey; steady-state
-throughput against the strike-free ceiling, the time from a SIGKILL of one member to full speed again,
+throughput against the strike-free ceiling, the time from a SIGKILL of one member to full speed again
+(its keys wait out the late-answer cap: about two minutes),
 Valkey's CPU and its round trips per request.
 
 The work is submitted ahead of time. The server's ``/api/stats`` is the referee for
@@ -16,6 +17,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from thread_client.defaults import HTTP_TIMEOUT, LATE_ANSWER_CAP
 
 from .bench import RATE, WINDOW_MS, bench_keys, scrape
 from .harness.cluster import Cluster
@@ -121,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-cluster: SIGKILL m2 (holding {len(split['m2'])} keys)", flush=True)
         victim.process.send_signal(signal.SIGKILL)
         victim.process.wait()
-        target = args.lease_ttl + WINDOW_MS / 1000 + 1.0
-        recovery, quarters = time_to_full_speed(cluster, steady, limit=30.0)
+        # A killed member's leases run out unreleased: the next owner waits until none of its sends can still be
+        # stamped (the lease, the HTTP timeout, the late-answer cap, a window), then a second of slack.
+        target = args.lease_ttl + HTTP_TIMEOUT + LATE_ANSWER_CAP + WINDOW_MS / 1000 + 1.0
+        recovery, quarters = time_to_full_speed(cluster, steady, limit=target + 10.0)
         print(f"bench-cluster: the first quarter second back at {FULL_SPEED:.0%} of the steady rate ended {recovery:.2f} s "
-              f"after the kill (target: lease TTL + window + 1 s = {target:.2f} s)", flush=True)
+              f"after the kill (target: lease TTL + HTTP timeout + late-answer cap + window + 1 s = {target:.2f} s)",
+              flush=True)
         print("bench-cluster: accepted per quarter second after the kill: " + " ".join(f"{q:.0f}" for q in quarters))
         cluster.stop_members()
         final = cluster.server.stats()["totals"]
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = [
         (f">= 0.97 of the strike-free ceiling in steady state ({steady / ceiling:.3f})", steady / ceiling >= 0.97),
         (f"0 rate-limited, 0 blocked (429 {final['rate_limited']}, blocked {final['blocked']})", strikes_ok),
-        (f"full speed within lease TTL + window + 1 s ({recovery:.2f} s <= {target:.2f} s)", recovery <= target),
+        (f"full speed within lease TTL + HTTP timeout + late-answer cap + window + 1 s ({recovery:.2f} s <= "
+         f"{target:.2f} s)", recovery <= target),
     ]
     for text, ok in checks:
         print(f"  [{'met' if ok else 'MISSED'}] {text}")
