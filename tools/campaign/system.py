@@ -457,15 +457,24 @@ class System:
 
 
 def refuse_bad_command_line(flags: list[str], folder: Path) -> subprocess.CompletedProcess:
-    """The daemon started with ``flags`` last, against a port nothing listens on, stopped after 20 s if a
-    value turned out usable."""
+    """The daemon started with ``flags`` last, against a port nothing listens on. A value it can use (``--duration
+    0`` runs until stopped) is stopped with SIGTERM after 20 s: it must end then as any run does. The exit code is
+    -1 if even that did not stop it."""
     command = [sys.executable, "-m", "thread_client", "--url", f"http://127.0.0.1:{free_port()}", "--duration", "3",
                "--outage-after", "1", "--state-dir", str(folder / "state-bad"), "--summary-json",
                str(folder / "bad-summary.json"), "--graveyard", str(folder / "bad-graveyard.jsonl"),
                *(flag.replace("{folder}", str(folder / "bad")) for flag in flags)]
+    # Run from the seed's folder: a relative path the daemon takes creates nothing in the repository.
+    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     try:
-        # Run from the seed's folder: a relative path the daemon takes creates nothing in the repository.
-        return subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    except subprocess.TimeoutExpired as expired:
-        return subprocess.CompletedProcess(command, -1, str(expired.stdout or ""), str(expired.stderr or ""))
+        stdout, stderr = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            return subprocess.CompletedProcess(command, -1, stdout, stderr)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
