@@ -29,19 +29,8 @@ def delay_of(lim: ThreadSafeRateLimiter) -> float:
 
 
 def waiting(call, probe: "WaitProbe") -> tuple[threading.Thread, list]:
-    """Run ``call`` in a thread that records what it returns or raises; return once it waits in the limiter."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert probe.read_elsewhere.wait(5)
-    return thread, outcome
+    """``waiting_for`` until ``call`` waits in the limiter."""
+    return waiting_for(call, probe.read_elsewhere)
 
 
 class WaitProbe:

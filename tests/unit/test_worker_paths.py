@@ -681,7 +681,7 @@ def test_a_key_blocked_mid_request_hands_the_request_back_and_its_worker_ends():
     rig.assert_clean()
 
 
-class TakenOverJournal:
+class TakenOverJournal(RecordingJournal):
     """The journal of a member whose work entries another member has taken over (the store's answer)."""
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
@@ -689,15 +689,6 @@ class TakenOverJournal:
 
     def answered(self, request: Request, key: str, nonce: int) -> None:
         raise AssertionError("nothing was sent, so nothing can be answered")
-
-    def notify_write_errors(self, callback) -> None:
-        pass
-
-    def unwritten(self) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_request_whose_work_entry_was_taken_over_is_let_go_unsent_and_without_a_record():
