@@ -120,6 +120,7 @@ class Daemon:
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
                 on_stop=self._on_stop, on_ban=self.ban.banned, journal=journal, late_answers=self.late_answers,
                 answers=answers, earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
+                nonce_refused_again=config.profile.nonce.ordered,
             )
             for key in keys
             for index in range(config.threads_per_key)

@@ -66,6 +66,7 @@ class Rig:
         metrics: Metrics | None = None, remember_strikes: Callable[[int], int] = lambda total: total,
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
         late_answers: LateAnswers | None = None, reserve: Reserve | None = None, connects: Iterable[Connect] = (),
+        nonce_refused_again: bool = True,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
@@ -85,7 +86,7 @@ class Rig:
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
             on_stop=lambda reason, message: self.stopped.append(reason),
-            late_answers=late_answers,
+            late_answers=late_answers, nonce_refused_again=nonce_refused_again,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
@@ -448,6 +449,20 @@ def test_at_least_once_a_stale_resend_that_settles_nothing_leaves_the_first_copy
     while rig.queues.counts().accepted == 0:
         rig.handle_next()
     assert request.ambiguous == 1  # the record says the request may have been accepted twice
+
+
+def test_under_a_timestamp_a_stale_send_is_never_sent_again_as_it_was_but_counted_ambiguous_and_retried():
+    """Campaign seed 6012 (signed-post-json, a proxy half-closing connections): the same timestamp sent again
+    was accepted a second time (a timestamp is no nonce the API refuses once taken), and the 200 was read as
+    "the first copy was not accepted": 31 ids accepted twice, their records saying ambiguous_attempts 0."""
+    rig = Rig(StaleConnection("closed under the request"), ok("r1"), nonce_refused_again=False)
+    rig.submit("r1")
+    request = rig.handle_next()
+    assert rig.transport.nonces == [FIRST] and request.ambiguous == 1  # not sent again as it was
+    rig.handle_next()
+    first, fresh = rig.transport.nonces
+    assert fresh > first and rig.queues.counts().accepted == 1 and request.ambiguous == 1
+    rig.assert_clean()
 
 
 def test_at_least_once_a_stale_send_overtaken_by_a_later_one_is_not_resent_but_retried_under_a_fresh_nonce():

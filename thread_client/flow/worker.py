@@ -71,6 +71,7 @@ class Worker(ManagedThread):
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
+        nonce_refused_again: bool = True,
     ) -> None:
         super().__init__(f"worker-{key.id[:6]}-{index}")  # the key's id, never a piece of the secret
         self.key = key
@@ -87,6 +88,9 @@ class Worker(ManagedThread):
         # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
         self._settles = delivery.settles_ambiguous
         self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
+        # The API refuses a nonce it has taken (an ordered nonce): the same nonce sent again over a fresh
+        # connection tells a stale send's fate. A timestamp it would take twice: the send stays ambiguous.
+        self._resends_stale = nonce_refused_again
         self._journal = journal
         # Where the connection of a send that timed out goes, so its slot waits for the server's sign.
         self._late_answers = late_answers
@@ -236,8 +240,9 @@ class Worker(ManagedThread):
         self, first: Permit, request: Request, reading: Reading, retry_after: float | None, sent_at: float
     ) -> tuple[Reading, float | None]:
         """At-least-once: a kept connection closed under the request is sent once more with the same
-        nonce; any other ambiguous attempt stays what it is, and the policy retries it under a fresh one."""
-        if reading is _STALE:
+        nonce (where the API refuses a nonce it has taken); any other ambiguous attempt stays what it is,
+        and the policy retries it under a fresh one."""
+        if reading is _STALE and self._resends_stale:
             reading, retry_after = self._resend_after_stale(first, request)
             if reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous:
                 # Only a 200 or a 400 to the same nonce tells the first copy's fate: a refused connect, a 5xx, a
