@@ -61,7 +61,8 @@ class Record:
 
     fields: dict
     line: int | None
-
+    #: Printed on standard error because the disk refused it (a next run cannot know of it).
+    printed: bool = False
 
 
 @dataclass
@@ -155,7 +156,7 @@ def _all_records(system: Outputs) -> tuple[list[Record], int]:
     for run in system.runs:
         # Records the disk refused are printed on standard error, one JSON line each: final records too.
         printed, _ = _read_records(run.log, run.lines if own_numbering else None, ids)
-        records += printed
+        records += [Record(record.fields, record.line, printed=True) for record in printed]
         if setting.results == "stdout":
             more, cut = _read_records(run.stdout_records, run.lines, ids)
             records += more
