@@ -40,6 +40,7 @@ from .order_rule import OrderRule
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
 
 _IN_FLIGHT = math.inf
+_ROUNDING_GUARD = 1e-6  # seconds added to the window: see __init__
 _FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
 
@@ -112,7 +113,10 @@ class ThreadSafeRateLimiter:
         # become possible sooner (a slot freed, the order gate opened) and on close.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._window = window
+        # The window plus a microsecond: an answer's time plus the window is a float sum that may land one ulp
+        # short of the millisecond the server's whole-ms rule needs (hypothesis found 50.05 + 1.001 stamped at
+        # 51050 ms, one step after a stamp at 50050: refused). A microsecond costs nothing against a window.
+        self._window = window + _ROUNDING_GUARD
         self._order_latency = order_latency
         self._free_at = [-math.inf] * rate  # monotonic time each slot frees; _IN_FLIGHT while unanswered
         self._order_open_at = -math.inf
@@ -289,7 +293,7 @@ class ThreadSafeRateLimiter:
         with self._changed:
             self._held_until = max(self._held_until, self._clock() + self._window + self._unanswered_hold)
             self._window += 0.005
-            return self._window
+            return self._window - _ROUNDING_GUARD
 
     def note_invalid_nonce(self) -> float:
         """A 400 invalid nonce: tell the order rule, and push the nonces ahead, twice as far each
@@ -331,7 +335,7 @@ class ThreadSafeRateLimiter:
             return LimiterState(
                 in_flight=sum(1 for t in self._free_at if t == _IN_FLIGHT),
                 ready_in=self._delay_until_free(now),
-                window=self._window,
+                window=self._window - _ROUNDING_GUARD,
                 order_latency=self._gap(),
                 held=self._held_until > now,
                 closed=self._closed,
