@@ -146,3 +146,16 @@ def test_exit_1_is_the_documented_stop_only_while_the_disk_was_full(tmp_path):
     made.ended = 110.0
     assert _check_exit(made, [], [(105.0, 107.0)]) == []
     assert [v.kind for v in _check_exit(made, [], [(111.0, 115.0)])] == ["exit"]
+
+
+def test_exit_4_is_documented_for_a_member_whose_store_did_not_answer_at_start(tmp_path):
+    from tools.campaign.checker import _check_exit
+    from tools.campaign.runs import DaemonRun
+
+    made = DaemonRun("m2", 3, tmp_path, [], started=100.0, exit_code=4)
+    made.ended = 101.0
+    (tmp_path / "log.txt").write_text("thread-client: error: the store does not answer (Connection reset by peer)\n")
+    ledger = [{"stamp_ms": made.wall_started * 1000 + 10, "verdict": "accepted"}]  # the other members went on
+    assert _check_exit(made, [], [], ledger) == []
+    (tmp_path / "log.txt").write_text("summary ...\n")
+    assert [v.kind for v in _check_exit(made, [], [], ledger)] == ["exit"]

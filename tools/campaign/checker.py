@@ -238,6 +238,12 @@ def _check_runs(history: History) -> list[Violation]:
     return violations
 
 
+def _store_not_reached_at_start(run: DaemonRun) -> bool:
+    """Whether ``run`` stopped at start, before any summary, because its store did not answer (cut, restarting)."""
+    log = run.log.read_text(errors="replace") if run.log.exists() else ""
+    return run.summary() is None and "the store does not answer" in log
+
+
 def _never_reached(run: DaemonRun, ledger: list[dict]) -> bool:
     """Whether the exchange's ledger holds no request stamped while ``run`` lived (its wall clock, in ms)."""
     start, end = run.wall_started * 1000, (run.wall_ended or float("inf")) * 1000
@@ -261,8 +267,8 @@ def _check_exit(run: DaemonRun, runs: list[DaemonRun], disk_full: list[tuple[flo
     earlier = [other for other in runs if other.member == run.member and other.number < run.number]
     if run.exit_code == 2 and earlier and earlier[-1].stopped_by == signal.SIGKILL:
         return []  # a member started again while its killed self still holds its name: refused, as documented
-    if run.exit_code == 4 and _never_reached(run, ledger):
-        return []  # documented: the exchange (or at start the store) gave it no answer at all
+    if run.exit_code == 4 and (_never_reached(run, ledger) or _store_not_reached_at_start(run)):
+        return []  # documented: the exchange gave it no answer at all, or its store none at start
     if run.exit_code in DOCUMENTED_EXITS and run.stopped_by is None and run.exit_code != 1:
         return [Violation("exit", f"run {run.number} ({run.member}) exited {run.exit_code} with nothing stopping it: "
                           f"see {run.log}")]
