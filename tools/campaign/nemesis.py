@@ -57,11 +57,14 @@ def _exchange_restart(system: "System", fault: Fault) -> None:
 
 
 def _exchange_unavailable(system: "System", fault: Fault) -> None:
-    system.exchange_unavailable(fault.length)
+    """Most answers 503 with a Retry-After of about a third of the fault."""
+    retry_after = max(1, round(fault.length / 3))
+    system.exchange_in_mode(fault.length, "--fail-rate", "0.6", "--retry-after", str(retry_after))
 
 
 def _exchange_ban(system: "System", fault: Fault) -> None:
-    system.exchange_banning(fault.length)
+    """Every key banned (418 with Retry-After) for the fault's length."""
+    system.exchange_in_mode(fault.length, "--banned-for", f"{fault.length:.2f}")
 
 
 def _proxy_delay(system: "System", fault: Fault) -> None:

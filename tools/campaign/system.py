@@ -341,18 +341,10 @@ class System:
         self.exchange.args = [*self._server_args, *extra]
         self.exchange.start()
 
-    def exchange_unavailable(self, seconds: float) -> None:
-        """Most answers 503 with a Retry-After for ``seconds`` (a restart into that mode and back)."""
-        retry_after = max(1, round(seconds / 3))
-        self.restart_exchange(signal.SIGTERM, 0, ("--fail-rate", "0.6", "--retry-after", str(retry_after)))
-        try:
-            time.sleep(seconds)
-        finally:
-            self.restart_exchange(signal.SIGTERM, 0)
-
-    def exchange_banning(self, seconds: float) -> None:
-        """Every key banned (418 with Retry-After) for ``seconds``: a restart into a host ban, then back."""
-        self.restart_exchange(signal.SIGTERM, 0, ("--banned-for", f"{seconds:.2f}"))
+    def exchange_in_mode(self, seconds: float, *flags: str) -> None:
+        """The exchange answers as ``flags`` say (503 bursts, a host ban) for ``seconds``: a restart into that
+        mode and back; its ledger carries the keys' nonces, rings and strikes across both."""
+        self.restart_exchange(signal.SIGTERM, 0, flags)
         try:
             time.sleep(seconds)
         finally:
