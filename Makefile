@@ -14,18 +14,30 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
+.PHONY: help setup nginx run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: $(STAMP)  ## create or refresh .venv from requirements.txt
+setup: $(STAMP) nginx  ## create or refresh .venv from requirements.txt; install Debian's nginx where missing
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
+
+# Debian's nginx is a real limit_req gateway for the tests and the bench. Where it cannot be installed (no
+# apt-get, not root, no network) nothing fails: its tests skip and the bench's nginx row cannot run.
+NGINX_MISSING := nginx is missing: the nginx tests skip and the bench's nginx row cannot run (install Debian's nginx package)
+
+nginx:  ## install Debian's nginx where missing (apt-get, as root); part of setup
+	@if command -v nginx >/dev/null || test -x /usr/sbin/nginx; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "$(NGINX_MISSING); apt-get as root is needed to install it here" >&2; exit 0; fi; \
+	echo "installing Debian's nginx (apt-get install nginx)"; \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >/dev/null \
+		|| echo "$(NGINX_MISSING); apt-get install nginx failed" >&2
 
 run-server: setup  ## start the reference server in the background on $(HOST):$(PORT); refuses a port already taken
 	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
@@ -108,8 +120,8 @@ TEST_WORKERS ?= 4
 test: setup  ## the whole suite in TEST_WORKERS parallel processes: unit tests, integration tests against the reference server
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-test-unit: setup  ## only tests/unit: no server, no sleeping (under 10 s)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: setup  ## only tests/unit: no server, no sleeping (under 10 s, on two processes: the proofs by hypothesis are CPU)
+	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
 
 # NO_MKDOCS_2_WARNING: mkdocs-material prints a banner about its successor on every build; the pins hold.
 docs: setup  ## the documentation site from docs/ into site/ (mkdocs build --strict: a broken link or a warning fails it; offline)

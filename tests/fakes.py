@@ -24,6 +24,8 @@ class Call:
     nonce: int
     req_id: str
     params: dict[str, str] = field(default_factory=dict)
+    method: str = ""  # the request's own endpoint ("": the profile's)
+    path: str = ""
 
 
 #: What one send gets: an answer, an error to raise, or a callable called with the send's ``Call``
@@ -89,9 +91,11 @@ class ScriptedTransport:
         with self._lock:
             self._connected = True
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         self.connect()
-        call = Call(nonce, req_id, dict(params or {}))
+        call = Call(nonce, req_id, dict(params or {}), method, path)
         with self._lock:
             self._calls.append(call)
             if not self._steps:

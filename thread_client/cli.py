@@ -35,10 +35,12 @@ from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import HttpTransport, learn_server_clock, tls_context
 from .limits.keys import HostKeyPool
 from .limits.order_rule import InvalidNonceCost, OrderRule
+from .limits.scopes import RuleScopes
 from .limits.timestamps import ServerClock, ServerTimestamps
 from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
 from .profile import DEFAULT_PROFILE, ProfileError, Signer, load_profile
+from .profile.endpoints import Endpoints
 from .profile.model import PARAMS_IN
 from .profile.command import profile_main
 from .resumability import Resumability
@@ -94,10 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--keys-file", type=_path, metavar="PATH",
         help="file with one API key per line, 'KEY [SECRET [ACCOUNT]]' ('#' comments allowed); a file with "
         "secrets must not be readable by group or others")
-    add("--rate", type=bounded(int, 1, 10_000), default=defaults.RATE,
-        help="requests per key per window, as the server enforces (default %(default)s)")
-    add("--window-ms", type=bounded(float, 1, 3_600_000, "ms"), default=_ms(defaults.WINDOW),
-        help="a slot frees this long after its answer (default %(default)s)")
+    add("--rate", type=bounded(int, 1, 10_000),
+        help=f"requests per key per window: with --window-ms, one rolling window per key that replaces the "
+        f"profile's [[limit]] rules (default: the profile's; {defaults.RATE} with --window-ms alone)")
+    add("--window-ms", type=bounded(float, 1.001, 3_600_000, "ms"),
+        help=f"with --rate: a slot frees this long after its answer, the server's window and 1 ms "
+        f"(default: the profile's; {_ms(defaults.WINDOW):g} with --rate alone)")
     add("--order-latency-ms", type=bounded(float, 0, 60_000, "ms"), default=_ms(defaults.ORDER_LATENCY),
         help="a send may follow the previous one on its key after this long, even unanswered, until the order "
         "rule has learnt the gap that gets the most requests accepted from the answers (default %(default)s)")
@@ -221,7 +225,8 @@ def build_config(argv: list[str] | None = None) -> Config:
             delivery=delivery,
             threads_per_key=threads_per_key,
             max_strikes=max_strikes,
-            window=args.window_ms / 1000,
+            window=args.window_ms / 1000 if args.window_ms is not None else None,
+            accounts=keys.accounts,
             order_latency=args.order_latency_ms / 1000,
             invalid_nonce=InvalidNonceCost(args.invalid_nonce or profile.penalty.invalid_nonce),
             server_max_429=server_max_429,
@@ -298,20 +303,24 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     # between a key's sends is learnt from the answers, by one rule for the host's keys. An API that
     # does not order its nonces (timestamps, none) needs no gap at all.
     order_latency = math.inf if delivery.one_in_flight else config.order_latency if profile.nonce.ordered else 0.0
+    ring_rate, ring_window = config.order_ring
     order_rule = None if delivery.one_in_flight or not profile.nonce.ordered else OrderRule(
-        config.order_latency, rate=config.rate, window=config.window, cost=config.invalid_nonce)
+        config.order_latency, rate=ring_rate, window=ring_window, cost=config.invalid_nonce)
+    limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint)
+    # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
+    admit = Endpoints(profile.request, config.limit_rules).admit
     server_clock, timestamps = _server_clock(config, context)
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
-            work.address, config.keys, config.member, rate=config.rate, window=config.window,
+            work.address, config.keys, config.member, limits=limits, accounts=config.accounts,
             order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
             unanswered_hold=config.http_timeout, strike_budget=config.strike_budget, state_dir=config.state_dir,
             lease_ttl=config.lease_ttl, clock=clock,
         )
     else:
         keys = HostKeyPool.open(
-            config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
+            config.keys, state_dir=config.state_dir, limits=limits, accounts=config.accounts,
             order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
             unanswered_hold=config.http_timeout, clock=clock,
         )
@@ -331,7 +340,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         # A key in its quiet period (up to the late-answer cap after a lease that ran out) sends nothing: the work
         # this member holds meanwhile would wait with it, so it takes none in, and members that can send take it over.
         source: RequestSource = StreamSource(work, config.member, held, writes, lease_ttl=config.lease_ttl,
-                                             delivery=delivery, sending=lambda: any(key.may_send() for key in keys))
+                                             delivery=delivery, sending=lambda: any(key.may_send() for key in keys),
+                                             admit=admit)
         results = StreamResults(work, config.member, held, writes, delivery=delivery,
                                 max_body_bytes=config.max_body_bytes)
         # Right before each send: is the entry still this member's (exactly-once: and its send written down)?
@@ -340,7 +350,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         if config.source == "generate":
             source = SyntheticSource(config.load)
         else:
-            source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume)
+            source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume,
+                                     admit=admit)
         # Exactly-once: a send's journal line is on the disk before it leaves, and a request's final
         # record before its key's next send, so a restart after a power loss still knows what to settle.
         if config.results:

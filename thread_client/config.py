@@ -16,6 +16,7 @@ from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .io.sources import LOADS
 from .limits.order_rule import InvalidNonceCost
+from .limits.rules import MS_GUARD, LimitRule, memory_of
 from .profile import Profile, Secret, SignedParts, Signer, load_profile
 
 __all__ = [
@@ -49,8 +50,10 @@ class Config:
     secrets: tuple[Secret | None, ...] = ()
     profile: Profile = field(default_factory=load_profile)  # the API: request, nonce, signing, answers
     ca_file: str | None = None
-    rate: int = defaults.RATE
-    window: float = defaults.WINDOW
+    accounts: tuple[str, ...] = ()  # each key's account (the keys file's third column; "": none), as ``keys``
+    # --rate and --window-ms: one rolling window per key that replaces the profile's limits (None: not given).
+    rate: int | None = None
+    window: float | None = None
     order_latency: float = defaults.ORDER_LATENCY  # the order gap before the rule has learnt one
     invalid_nonce: InvalidNonceCost = InvalidNonceCost.FREE
     ttl: float = defaults.TTL
@@ -87,7 +90,14 @@ class Config:
             raise ConfigError("no API keys")
         if len(set(self.keys)) != len(self.keys):
             raise ConfigError("an API key is listed twice")
-        _positive(rate=self.rate, window=self.window, lease_ttl=self.lease_ttl, ttl=self.ttl, http_timeout=self.http_timeout,
+        if self.accounts and len(self.accounts) != len(self.keys):
+            raise ConfigError("accounts must be given one per key")
+        if self.rate is not None and self.rate < 1:
+            raise ConfigError(f"--rate must be at least 1, got {self.rate}")
+        if self.window is not None and not self.window > MS_GUARD:
+            raise ConfigError(f"--window-ms must be above {MS_GUARD * 1000:g} (the server's window and 1 ms), "
+                              f"got {self.window * 1000:g}")
+        _positive(lease_ttl=self.lease_ttl, ttl=self.ttl, http_timeout=self.http_timeout,
                   outage_after=self.outage_after,
                   queue_size=self.queue_size, threads_per_key=self.threads_per_key,
                   metrics_interval=self.metrics_interval, log_max_bytes=self.log_max_bytes)
@@ -119,6 +129,7 @@ class Config:
             raise ConfigError(f"--delivery {self.delivery} journals each send beside the results file: give "
                               "--results PATH")
         self._check_profile()
+        self._check_limit_flags()
         if self.load not in LOADS:
             raise ConfigError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
         if self.log_level not in LOG_LEVELS:
@@ -167,6 +178,38 @@ class Config:
             raise ConfigError(f"--delivery {self.delivery} proves a lost answer's fate by the nonce rule (a nonce sent "
                               f"again is refused once accepted): profile {profile.name} has [nonce] style "
                               f"{profile.nonce.style}, so only at-least-once applies")
+
+    @property
+    def limit_rules(self) -> tuple[LimitRule, ...]:
+        """Every limit a send must fit: the one rolling window ``--rate``/``--window-ms`` describe if either
+        was given, else the profile's ``[[limit]]`` rules."""
+        if self.rate is None and self.window is None:
+            return self.profile.limits
+        return (LimitRule.ring(self.rate or defaults.RATE, self.window or defaults.WINDOW),)
+
+    def _check_limit_flags(self) -> None:
+        """``--rate``/``--window-ms`` replace a profile's one rolling window per key; a profile that states other
+        limits is edited instead: dropping them silently would earn the rejections they guard against."""
+        limits = self.profile.limits
+        if (self.rate is not None or self.window is not None) and not (
+                len(limits) == 1 and limits[0].algorithm == "rolling-window" and limits[0].scope == "key"
+                and limits[0].cost == 1):
+            raise ConfigError(f"--rate and --window-ms replace a profile's one rolling window per key; profile "
+                              f"{self.profile.name} states its limits in [[limit]] "
+                              f"({', '.join(rule.name for rule in limits)}): change them there")
+
+    @property
+    def limit_memory(self) -> float:
+        """How long the server's limit states may remember a send: what a start or a taken-over key waits out."""
+        return memory_of(self.limit_rules)
+
+    @property
+    def order_ring(self) -> tuple[int, float]:
+        """The ring the order rule models sends in: the first rolling window per key (rate, client window),
+        else the reference's."""
+        ring = next((rule for rule in self.limit_rules if rule.algorithm == "rolling-window" and rule.scope == "key"),
+                    None)
+        return (ring.limit, ring.memory) if ring is not None else (defaults.RATE, defaults.WINDOW)
 
     def secret_of(self, key: str) -> Secret | None:
         """The signing secret of ``key``, if the keys file gave one."""

@@ -40,6 +40,9 @@ from .threads import ManagedThread
 
 __all__ = ["Daemon", "TransportFactory"]
 
+#: A start-up hold longer than this is said (a reference window is not worth a line).
+_NOTABLE_HOLD = 5.0
+
 log = logging.getLogger(__name__)
 
 #: Stop reasons whose queued work (when it is not kept for the next run) is buried as another outcome
@@ -147,7 +150,8 @@ class Daemon:
         taken_up = {}
         for kid, send in earlier_sends.items():
             key = keys.get(kid)
-            request = Request(send.id, self._clock(), send.params, resumed=True)
+            request = Request(send.id, self._clock(), send.params, resumed=True, method=send.method, path=send.path,
+                              weight=send.weight)
             request.key, request.nonce = key.name if key is not None else f"key id {kid}", send.nonce
             if key is None:
                 self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key id {kid} before"
@@ -195,7 +199,12 @@ class Daemon:
             if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
                                           "the server's block (the server never forgets them)")
-        self.keys.hold_all(self.config.window)
+        memory = self.config.limit_memory
+        self.keys.hold_all(memory)  # what an earlier run sent may still count in the server's limits
+        if memory > _NOTABLE_HOLD:
+            log.warning("every key waits %.0f s before its first send: the server's limits may remember an earlier "
+                        "run's sends that long (%s)", memory,
+                        ", ".join(f"{rule.name} {rule.memory:.0f} s" for rule in self.config.limit_rules))
         self.keys.start()
         for thread in self.part_threads:
             thread.start()

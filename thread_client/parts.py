@@ -92,13 +92,16 @@ class Transport(Protocol):
     ``StaleConnection`` (a kept connection failed before any answer: the same nonce may
     be sent again), ``NoAnswer`` (sent, then timed out or reset: it may have been processed).
     ``connect`` opens the connection ahead (``send`` opens one itself if none is open), so a
-    nonce drawn after it leaves at once; it raises ``ConnectFailed``.
+    nonce drawn after it leaves at once; it raises ``ConnectFailed``. A request goes to ``method`` and
+    ``path`` where it names its own endpoint ("": the profile's).
     """
 
     endpoint: str
 
     def connect(self) -> None: ...
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer: ...
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer: ...
     def close(self) -> None: ...
 
 

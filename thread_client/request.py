@@ -11,9 +11,11 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 __all__ = [
-    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate", "Work", "parse_line",
+    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate",
+    "Work", "endpoint_fields", "parse_line",
 ]
 
 
@@ -44,13 +46,22 @@ MAX_LINE_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings."""
+    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings; the
+    ``method`` and ``path`` it goes to ("": the profile's, as the line leaves them to it) and its ``weight``
+    (what a limit whose cost is ``"weight"`` counts it as)."""
 
     id: str
     params: dict[str, str] = field(default_factory=dict)
     resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
     receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
     where: str = ""  # where the source read it (``line 12``), as its final record says
+    method: str = ""
+    path: str = ""
+    weight: int = 1
+
+    def as_line(self) -> str:
+        """The request as an input line that reads back to it (a work stream's entry)."""
+        return json.dumps({"id": self.id, "params": self.params, **endpoint_fields(self)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +95,8 @@ class Request:
     monotonic seconds; ``created_wall`` is kept only for the graveyard record.
     ``failures`` counts attempts that spent a retry, ``unsent`` those that could not
     be sent at all (the exchange unreachable), which cost nothing, ``ambiguous`` those
-    that may have been accepted although no answer said so.
+    that may have been accepted although no answer said so. ``method``, ``path`` and
+    ``weight`` are its ``Work``'s, checked against the profile (both "": the profile's endpoint).
     """
 
     req_id: str
@@ -94,6 +106,9 @@ class Request:
     receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
     where: str = ""  # where the source read it (``line 12``, ``entry 1700000000000-0``)
     digest: str = ""  # an invalid line's: a digest of its bytes, as its record keeps it (``InvalidInput``)
+    method: str = ""
+    path: str = ""
+    weight: int = 1
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
@@ -125,11 +140,27 @@ class Request:
         self.deadline = now + ttl
 
 
-def parse_line(raw: bytes | str, where: str, receipt: str | None = None) -> Work | InvalidInput:
+def endpoint_fields(item: Work | Request) -> dict[str, str | int]:
+    """The fields a request's line, or a journal line of its send, names beyond its id and params: its
+    endpoint and weight, each only where it is not the profile's (a usual line stays as it always was)."""
+    fields: dict[str, str | int] = {"method": item.method} if item.method else {}
+    if item.path:
+        fields["path"] = item.path
+    if item.weight != 1:
+        fields["weight"] = item.weight
+    return fields
+
+
+def parse_line(
+    raw: bytes | str, where: str, receipt: str | None = None,
+    admit: Callable[[Work], Work | InvalidInput] | None = None,
+) -> Work | InvalidInput:
     """One line read against the request format; never raises, whatever the line holds (any bytes,
     any depth, any Unicode). ``where`` names it in the reason; ``receipt`` goes with the result,
-    valid or not."""
+    valid or not. ``admit``: the profile's check of a request's endpoint and weight (``Endpoints``)."""
     item = _read_request(raw, where)
+    if admit is not None and isinstance(item, Work):
+        item = admit(item)
     return replace(item, receipt=receipt) if receipt is not None else item
 
 
@@ -149,9 +180,16 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
         return InvalidInput(where, "", f"no \"id\" string of 1 to {MAX_ID_LENGTH} characters")
     if not _encodable(request_id):
         return InvalidInput(where, "", "the id is not valid Unicode (a lone surrogate)")
-    unknown = set(value) - {"id", "params"}
+    unknown = set(value) - {"id", "params", "method", "path", "weight"}
     if unknown:
         return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
+    method, path, weight = value.get("method", ""), value.get("path", ""), value.get("weight", 1)
+    if not isinstance(method, str) or "method" in value and not method:
+        return InvalidInput(where, request_id, '"method" is not a method name such as "POST"')
+    if not isinstance(path, str) or "path" in value and not path.startswith("/"):
+        return InvalidInput(where, request_id, '"path" is not a path starting with /')
+    if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
+        return InvalidInput(where, request_id, '"weight" is not a positive integer')
     params = value.get("params", {})
     if not isinstance(params, dict):
         return InvalidInput(where, request_id, "\"params\" is not an object")
@@ -168,7 +206,7 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
             return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
         if not (_encodable(name) and _encodable(as_text[name])):
             return InvalidInput(where, request_id, f"parameter {name!r} is not valid Unicode (a lone surrogate)")
-    return Work(request_id, as_text, where=where)
+    return Work(request_id, as_text, where=where, method=method, path=path, weight=weight)
 
 
 def _encodable(text: str) -> bool:

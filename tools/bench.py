@@ -4,6 +4,7 @@ Each mode (saturate, then exercise) gets a fresh reference server at its default
 latencies and a client process with ``--metrics-port``. After a warm-up that is
 not counted, the server's stats and the client's metrics are sampled at both
 ends of the counted window; the server is also sampled every second for the plot.
+The flask-limiter and nginx rows put a real limiter in the server's place, refereed by its own counts.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,7 +31,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from .harness.client_process import SUMMARY_FILE, client_command, read_summary
 from .harness.processes import free_port
 from thread_client.config import DEFAULT_KEYS
+from thread_client.limits.rules import LimitRule
+from thread_client.profile import load_profile
+from thread_client.profile.writer import profile_toml
 from .plots import new_figure, save_figure
+from .harness.gateways import FlaskLimiterGateway, Gateway, NginxGateway
 from .harness.server_process import REPO_ROOT, ServerProcess
 from .harness.tcp_proxy import TcpProxy
 from .order_model import best_gap
@@ -37,7 +44,8 @@ from .harness.tls import tls_setup
 __all__ = ["BenchRow", "main"]
 
 RATE = 20
-WINDOW_MS = 1001
+#: The reference exchange's limit: what a row with no limit of its own is measured against.
+REFERENCE_LIMIT = load_profile("reference").limits[0]
 
 
 @dataclass(frozen=True)
@@ -123,11 +131,16 @@ class Mode:
     # > 0: the exchange moves this much farther away each way (a TCP proxy's delay) for the middle third of
     # the counted window, then back; the model's bound is the base latency's (a fixed delay swaps nothing).
     slowdown: float = 0.0
+    # The server's limit as the client's profile states it ([[limit]]); the server emulates it by server_args.
+    limit: LimitRule = REFERENCE_LIMIT
+    # A real limiter nobody here wrote in place of the reference server: it counts the answers it gave itself.
+    gateway: Callable[[], Gateway] | None = None
+    profile: str = "reference"  # the client's profile, its [[limit]] replaced by ``limit``
 
     def model_bound(self) -> float:
         """What the order model says the best fixed gap reaches, of the strike-free ceiling, for this row's
-        server latency; 1.0 with one request in flight per key (no two sends of a key can swap)."""
-        if "exactly-once" in self.client_args:
+        server latency; 1.0 with one request in flight per key, or no nonce (no two sends of a key can swap)."""
+        if "exactly-once" in self.client_args or self.gateway is not None:
             return 1.0
         args = dict(zip(self.server_args[::2], self.server_args[1::2]))
         return round(best_gap(int(args.get("--max-latency-ms", 50)), dist=args.get("--latency-dist", "uniform"),
@@ -135,6 +148,7 @@ class Mode:
 
 
 FAR_CLIENT = ("--threads-per-key", "4")
+GATEWAY_PROFILE = str(REPO_ROOT / "examples" / "profiles" / "leaky-bucket-gateway.toml")
 
 MODES = {
     "saturate": Mode("saturate"),
@@ -164,7 +178,25 @@ MODES = {
     # The same mean as far-90, with a long tail.
     "far-exponential": Mode("saturate", server_args=("--max-latency-ms", "90", "--latency-dist", "exponential"),
                             client_args=FAR_CLIENT),
+    # Each other limit algorithm, emulated by the server, stated in the client's profile.
+    "fixed-window": Mode("saturate", server_args=("--limit-model", "fixed-window"),
+                         limit=LimitRule("per key", "fixed-window", limit=RATE, period_ms=1000)),
+    "leaky-bucket": Mode("saturate", server_args=("--limit-model", "leaky-bucket", "--burst", "0"),
+                         limit=LimitRule("per key", "leaky-bucket", rate_per_s=RATE, burst=0)),
+    "sliding-counter": Mode("saturate", server_args=("--limit-model", "sliding-counter"),
+                            limit=LimitRule("per key", "sliding-counter", limit=RATE, period_ms=1000)),
+    "decaying-counter": Mode("saturate", server_args=("--limit-model", "decaying-counter", "--decay-per-s", "10"),
+                             limit=LimitRule("per key", "decaying-counter", max=RATE, decay_per_s=10)),
+    # Real limiters nobody here wrote, RATE per key, ridden with the gateway example (no nonce, any 200 accepted).
+    "flask-limiter": Mode("saturate", gateway=partial(FlaskLimiterGateway, "moving-window", f"{RATE} per 1 second"),
+                          profile=GATEWAY_PROFILE, limit=LimitRule("per key", "rolling-window", limit=RATE, period_ms=1000)),
+    "nginx": Mode("saturate", gateway=partial(NginxGateway, RATE), profile=GATEWAY_PROFILE,
+                  limit=LimitRule("per key", "leaky-bucket", rate_per_s=RATE, burst=0)),
 }
+#: The rows that measure a limit algorithm against its strike-free ceiling.
+ALGORITHM_ROWS = ("fixed-window", "leaky-bucket", "sliding-counter", "decaying-counter")
+#: The rows that measure a real limiter against its rate.
+GATEWAY_ROWS = ("flask-limiter", "nginx")
 DEFAULT_MODES = ",".join(MODES)
 
 
@@ -189,8 +221,12 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
         server_args, client_args, context = server_args + list(tls.server_args), client_args + list(tls.client_args), tls.context
     if mode.input_lines:
         client_args += ["--source", str(write_requests(run_dir / "requests.jsonl", mode.input_lines))]
-    with ServerProcess("--keys-file", str(keys_file), *server_args, ssl_context=context) as server, \
-            contextlib.ExitStack() as stack:
+    if (mode.profile, mode.limit) != ("reference", REFERENCE_LIMIT):
+        profile = run_dir / "profile.toml"
+        profile.write_text(profile_toml(replace(load_profile(mode.profile), name=name, limits=(mode.limit,))))
+        client_args += ["--profile", str(profile)]
+    server = mode.gateway() if mode.gateway else ServerProcess("--keys-file", str(keys_file), *server_args, ssl_context=context)
+    with server, contextlib.ExitStack() as stack:
         port, url = free_port(), server.url
         if mode.slowdown:
             proxy = stack.enter_context(TcpProxy(server.port))
@@ -218,7 +254,7 @@ def _slow_down_mid_window(proxy: TcpProxy, delay: float, warmup: float, seconds:
 
 
 def _measure(
-    mode: str, keys: tuple[str, ...], seconds: float, warmup: float, server: ServerProcess,
+    mode: str, keys: tuple[str, ...], seconds: float, warmup: float, server: ServerProcess | Gateway,
     client: subprocess.Popen, port: int, run_dir: Path, model_bound: float,
 ) -> BenchRow:
     started = time.monotonic()
@@ -240,8 +276,8 @@ def _measure(
     exit_code = client.wait(timeout=warmup + seconds + 60)
     summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).exists() else {}
 
-    def server_delta(name: str) -> int:
-        return stats1["totals"][name] - stats0["totals"][name]
+    def server_delta(name: str) -> int:  # a gateway has no blocks, nonces or ids: it counts none of them
+        return stats1["totals"].get(name, 0) - stats0["totals"].get(name, 0)
 
     def client_delta(name: str) -> float:
         return float(metrics1[f"thread_client_{name}"]) - float(metrics0[f"thread_client_{name}"])
@@ -253,7 +289,7 @@ def _measure(
     rtt1, rtt_sum1 = metrics1["thread_client_attempt_latency_seconds"]
     attempts = rtt1[-1][1] - rtt0[-1][1]
     mean_rtt_ms = 1000 * (rtt_sum1 - rtt_sum0) / attempts if attempts else 0.0
-    ceiling = len(keys) * RATE * 1000 / (WINDOW_MS + mean_rtt_ms)
+    ceiling = len(keys) * MODES[mode].limit.ceiling(mean_rtt_ms / 1000)
     created = client_delta("created")
     cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
     return BenchRow(
@@ -342,6 +378,10 @@ def verdicts(row: BenchRow, rows: list[BenchRow]) -> list[str]:
         if exactly_once is not None:
             checks.append(("within 1% of the exactly-once row's accepted/s",
                            row.accepted_per_s >= 0.99 * exactly_once.accepted_per_s))
+    elif row.mode in ALGORITHM_ROWS:
+        checks.append((">= 0.97 of the strike-free ceiling", row.ratio_ceiling >= 0.97))
+    elif row.mode in GATEWAY_ROWS:
+        checks.append((f">= 0.95 of the rate ({RATE}/s per key)", row.ratio_nominal >= 0.95))
     elif row.mode in FAR_TARGETS:
         target = FAR_TARGETS[row.mode]
         if target:
@@ -393,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
+    for mode in args.modes.split(","):
+        missing = MODES[mode].gateway().missing if MODES[mode].gateway else ""
+        if missing:
+            parser.error(f"mode {mode} cannot run here: {missing}")
     keys = bench_keys(args.keys)
     rows = []
     with tempfile.TemporaryDirectory(prefix="thread-client-bench-") as workdir:

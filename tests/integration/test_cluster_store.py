@@ -19,6 +19,7 @@ from thread_client.cluster.scripts import Scripts
 from thread_client.defaults import LATE_ANSWER_CAP
 from thread_client.config import default_state_dir
 from thread_client.errors import KeyNotHeld, StoreUnavailable
+from thread_client.limits.scopes import RuleScopes
 
 NAMES = Keyspace("test").key(KEYS[0])
 QUIET = 2.0  # a window plus the unanswered hold
@@ -200,7 +201,7 @@ def test_a_send_is_journaled_only_while_its_entry_is_pending_with_the_sender(val
 
 def leased_pool(valkey, member: str, strike_budget: int = 7, **extra) -> LeasedKeyPool:
     """A member's pool of one key; the test runs its keeper's rounds (``_round``)."""
-    pool = LeasedKeyPool(StoreAddress.parse(valkey.url), KEYS[:1], member, rate=20, window=1.0, order_latency=0.0,
+    pool = LeasedKeyPool(StoreAddress.parse(valkey.url), KEYS[:1], member, limits=RuleScopes.ring(20, 1.0), order_latency=0.0,
                          unanswered_hold=1.0, strike_budget=strike_budget, state_dir=str(default_state_dir()),
                          keyspace=Keyspace("test"), **extra)
     pool.start()

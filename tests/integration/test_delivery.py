@@ -23,6 +23,7 @@ from thread_client.io.transport import HttpTransport
 from thread_client.limits.keys import HostKeyPool
 from thread_client.resumability import Resumability
 from thread_client.policy.retry import RetryPolicy
+from thread_client.limits.scopes import RuleScopes
 from tools.harness.client_process import GRAVEYARD_FILE
 
 LOSSY = ("--max-latency-ms", "2", "--lost-answer-rate", "0.1", "--stall-rate", "0.05", "--seed", "7")
@@ -77,7 +78,7 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
     source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
     config = Config(url=server.url, delivery=EXACTLY_ONCE, threads_per_key=1, source=str(source),
                     results=str(results), state_dir=str(state), graveyard=str(tmp_path / "g.jsonl"), duration=60)
-    keys = HostKeyPool.open(config.keys, state_dir=str(state), rate=20, window=config.window,
+    keys = HostKeyPool.open(config.keys, state_dir=str(state), limits=RuleScopes(config.limit_rules),
                             order_latency=math.inf, unanswered_hold=config.http_timeout)
     resume = ResumePoint(str(results), str(state), delivery=EXACTLY_ONCE)
     daemon = Daemon(
@@ -113,7 +114,7 @@ def test_at_least_once_a_full_disk_stops_the_run_and_the_rerun_marks_every_reque
     source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
     config = Config(url=server.url, source=str(source), results=str(results), state_dir=str(state),
                     graveyard=str(tmp_path / "g.jsonl"), duration=60)
-    keys = HostKeyPool.open(config.keys, state_dir=str(state), rate=20, window=config.window,
+    keys = HostKeyPool.open(config.keys, state_dir=str(state), limits=RuleScopes(config.limit_rules),
                             order_latency=config.order_latency, unanswered_hold=config.http_timeout)
     disk = FillingDisk(room=2_000)
 
@@ -169,12 +170,12 @@ def test_exactly_once_every_send_leaves_only_after_its_journal_line_is_on_the_di
     checked: list[int] = []
 
     def checked_send(send):
-        def send_after_the_check(nonce, req_id, params=None):
+        def send_after_the_check(nonce, req_id, params=None, method="", path=""):
             with open(journal, "rb") as lines:
                 durable = lines.read(synced[journal])
             assert f'"nonce": {nonce}'.encode() in durable, f"nonce {nonce} sent before its line was synced"
             checked.append(nonce)
-            return send(nonce, req_id, params)
+            return send(nonce, req_id, params, method, path)
         return send_after_the_check
 
     for worker in daemon.workers:

@@ -393,3 +393,47 @@ def test_sigterm_with_a_live_pipe_in_exits_0_with_one_record_per_request_taken_i
     by_id = collections.Counter(json.loads(line)["id"] for line in out.splitlines())
     assert summary["identity_holds"] and len(by_id) == summary["created"] and set(by_id.values()) == {1}
     assert summary["accepted"] == fast_server.stats()["totals"]["accepted"] >= 100
+
+
+TWO_ENDPOINTS = """
+name = "two-endpoints"
+
+[request]
+endpoints = ["POST /api/order"]
+
+[[limit]]
+name = "request weight"
+algorithm = "rolling-window"
+limit = 20
+period_ms = 1000
+cost = { "GET /api/request" = 1, "POST /api/order" = 4 }
+"""
+
+
+def test_one_file_mixes_endpoints_of_different_cost_and_nothing_is_refused(start_server, tmp_path):
+    """The server counts an order as 4 of a key's 20 per second, a usual request as 1; the profile says the
+    same, so the client paces each at its own cost: every request accepted where it was sent, no 429."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--weights", "/api/order=4", "--ledger", str(ledger))
+    profile = tmp_path / "two-endpoints.toml"
+    profile.write_text(TWO_ENDPOINTS)
+    lines = [{"id": f"r-{n}", "params": {"n": n}} if n % 2 else
+             {"id": f"o-{n}", "method": "POST", "path": "/api/order", "params": {"n": n}} for n in range(1, 201)]
+    lines.append({"id": "elsewhere", "method": "DELETE", "path": "/api/order"})
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result, summary = run_client(server, tmp_path, "--profile", str(profile), "--source", str(source),
+                                 "--duration", "120", timeout=150)
+    assert result.returncode == 0, result.stdout
+    assert summary["stop_reason"].startswith("input done") and summary["identity_holds"]
+    by_id = {record["id"]: record for record in records(tmp_path / "results.jsonl")}
+    assert len(by_id) == 201
+    refused = by_id.pop("elsewhere")
+    assert refused["outcome"] == "invalid_input" and "'DELETE /api/order' is not an endpoint" in refused["reason"]
+    assert {record["outcome"] for record in by_id.values()} == {"accepted"}
+    assert all(record["body"]["req_id"] == request_id for request_id, record in by_id.items())
+    totals = server.stats()["totals"]
+    assert totals["accepted"] == 200 and totals["rate_limited"] == totals["blocked"] == 0
+    costs = {entry["id"]: entry.get("cost", 1) for entry in map(json.loads, ledger.read_text().splitlines())
+             if entry["verdict"] == "accepted"}
+    assert costs == {request_id: 4 if request_id.startswith("o-") else 1 for request_id in by_id}

@@ -13,6 +13,7 @@ from thread_client.io.sources import SyntheticSource
 from thread_client.io.transport import HttpTransport
 from thread_client.limits.keys import ApiKey, HostKeyPool, key_id
 from thread_client.policy.retry import RetryPolicy
+from thread_client.limits.scopes import RuleScopes
 
 
 class WorkerKilled(BaseException):
@@ -27,17 +28,17 @@ class DeadlyTransport(HttpTransport):
         self._deadly = deadly  # None: every call
         self._calls = 0
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None):
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = ""):
         self._calls += 1
         if self._deadly is None or self._calls in self._deadly:
             raise WorkerKilled(f"injected fault on call {self._calls}")
-        return super().send(nonce, req_id, params)
+        return super().send(nonce, req_id, params, method, path)
 
 
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
     config = Config(url=server.url, duration=duration, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
                     metrics_interval=1)
-    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, rate=config.rate, window=config.window,
+    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, limits=RuleScopes(config.limit_rules),
                             order_latency=config.order_latency, unanswered_hold=config.http_timeout)
     victim = next(iter(keys))
 

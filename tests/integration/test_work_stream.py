@@ -109,3 +109,31 @@ def test_a_store_that_requires_a_password_is_reached_with_the_one_in_the_address
         out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
     assert "pa55-word" not in out
+
+
+def test_a_work_entry_goes_to_its_own_endpoint_at_its_own_cost(valkey, start_server, client_process, tmp_path):
+    """``submit`` keeps a line's endpoint in its entry; the member checks it against its profile, and paces
+    each at its cost: an order is 4 of a key's 20 per second at the server and in the profile alike."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--weights", "/api/order=4", "--ledger", str(ledger))
+    profile = tmp_path / "orders.toml"
+    profile.write_text('[request]\nendpoints = ["POST /api/order"]\n\n[[limit]]\nalgorithm = "rolling-window"\n'
+                       'limit = 20\nperiod_ms = 1000\ncost = { "GET /api/request" = 1, "POST /api/order" = 4 }\n')
+    orders = [json.dumps({"id": f"o-{n}", "path": "/api/order", "method": "POST"}) for n in range(1, 61)]
+    elsewhere = json.dumps({"id": "x", "path": "/api/x"})
+    assert submit(valkey, tmp_path, requests(1, 60) + orders + [elsewhere]).returncode == 0
+    store = valkey.client()
+    client = client_process(server, tmp_path, "--profile", str(profile), "--source",
+                            f"{valkey.url}?stream=work&group=g", "--member", "one")
+    wait_for(lambda: len(stream_records(store)) == 121)
+    client.send_signal(signal.SIGTERM)
+    out, _ = client.communicate(timeout=30)
+    assert client.returncode == 0, out
+    by_id = {request_id: found[0] for request_id, found in stream_records(store).items()}
+    refused = by_id.pop("x")
+    assert refused["outcome"] == "invalid_input" and "'GET /api/x' is not an endpoint" in refused["reason"]
+    assert {record["outcome"] for record in by_id.values()} == {"accepted"}
+    assert server.stats()["totals"]["rate_limited"] == 0
+    costs = {entry["id"]: entry.get("cost", 1) for entry in map(json.loads, ledger.read_text().splitlines())
+             if entry["verdict"] == "accepted"}
+    assert costs == {request_id: 4 if request_id.startswith("o-") else 1 for request_id in by_id}

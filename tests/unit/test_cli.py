@@ -304,3 +304,15 @@ def test_standard_input_closed_is_one_line_not_a_producer_dying_four_times(monke
         build_config(["--source", "-"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == "thread-client: error: --source -: standard input is closed"
+
+
+def test_rate_flags_replace_the_reference_window_but_never_a_profile_s_own_limits(tmp_path):
+    """--rate/--window-ms stand for the one rolling window per key; over a profile that states other limits they
+    are refused, not allowed to drop them."""
+    flagged = build_config(["--rate", "10"])
+    assert [(rule.algorithm, rule.limit, rule.scope) for rule in flagged.limit_rules] == [("rolling-window", 10, "key")]
+    assert build_config([]).limit_rules == load_profile("reference").limits
+    counter = ROOT / "examples" / "profiles" / "decaying-counter.toml"
+    assert build_config(["--profile", str(counter)]).limit_rules[0].algorithm == "decaying-counter"
+    with pytest.raises(ConfigError, match="states its limits in \\[\\[limit\\]\\] \\(call counter\\)"):
+        Config(keys=KEYS[:1], profile=load_profile(str(counter)), rate=20)

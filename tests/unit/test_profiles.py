@@ -82,6 +82,12 @@ BROKEN = [
     ("[request]\nfields_in = \"body\"\n", 2, "needs a body"),
     ("[request]\npath = \"/ordér\"\n", 2, "non-ASCII"),
     ("[[answers.rule]]\nstatus = 200\nfield = \"x\"\nequals = nan\noutcome = \"accepted\"\n", 4, "finite"),
+    ("[request]\nendpoints = \"POST /api/order\"\n", 2, "endpoints must be an array"),
+    ("[request]\n\nendpoints = [\"PATCH /api/order\"]\n", 3, "endpoints must each be \"METHOD /path\""),
+    ("[request]\nendpoints = [\"POST api/order\"]\n", 2, "got 'POST api/order'"),
+    ("[request]\nendpoints = [5]\n", 2, "got 5"),
+    ("[[limit]]\nalgorithm = \"rolling-window\"\nlimit = 5\nperiod_ms = 1000\ncost = { \"POST /api/order\" = 2 }\n", 5,
+     "cost names POST /api/order, an endpoint the profile does not allow"),
 ]
 
 
@@ -110,6 +116,8 @@ def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
     '[request]\nheaders = { "X.Dot" = "y", "Accept" = "é/x" }\n',
     '[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\nkey_header = "K"\n',
     '[[answers.rule]]\nstatus = [200, 299]\nfield = "ok"\nequals = 1.5\noutcome = "accepted"\n',
+    '[request]\nendpoints = ["POST /api/order"]\n[[limit]]\nalgorithm = "rolling-window"\nlimit = 8\nperiod_ms = 1000\n'
+    'cost = { "GET /api/request" = 1, "POST /api/order" = 4 }\n',
 ])
 def test_odd_profiles_read_back_from_show(text):
     profile = read_profile(text, "odd.toml", "odd")

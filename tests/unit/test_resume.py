@@ -27,6 +27,7 @@ from thread_client.policy.retry import RetryPolicy
 from thread_client.request import Request
 from thread_client.resumability import NOT_RESUMABLE, Resumability
 from thread_client.selectable_event import SelectableEvent
+from thread_client.limits.scopes import RuleScopes
 
 
 def write_lines(path, records) -> None:
@@ -157,7 +158,9 @@ class AlwaysOk:
     def connect(self) -> None:
         """Nothing to open."""
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         return Answer(200, json.dumps({"status": "OK", "req_id": req_id}).encode(), None)
 
     def close(self) -> None:
@@ -168,7 +171,7 @@ def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path)
     # Alike at both ends (both show as AAAA...ZZZZ), and two short keys (both all stars): a restart that
     # grouped sends by the shown name settled one key's send on the other, or lost one.
     secrets = ["AAAA1111111111ZZZZ", "AAAA2222222222ZZZZ", "abc", "xyz"]
-    pool = HostKeyPool.open(secrets, state_dir=str(tmp_path / "state"), rate=20, window=1.001, order_latency=0.0,
+    pool = HostKeyPool.open(secrets, state_dir=str(tmp_path / "state"), limits=RuleScopes.ring(20, 1.001), order_latency=0.0,
                             unanswered_hold=1.0)
     try:
         keys = list(pool)

@@ -45,6 +45,18 @@ from thread_client.selectable_event import SelectableEvent
     (b'{"id": ' * 100_000, InvalidInput("line 7", "", "nested too deep")),
     (b"\xff\xfe{}", InvalidInput("line 7", "", "not JSON")),
     (b'{"id": "a9", "params": {"x": ' + b"9" * 5000 + b"}}", InvalidInput("line 7", "", "not JSON")),
+    # A request's own endpoint and weight, which the profile then checks (``Endpoints``):
+    (b'{"id": "e1", "method": "POST", "path": "/api/order", "weight": 4}',
+     Work("e1", {}, where="line 7", method="POST", path="/api/order", weight=4)),
+    (b'{"id": "e2", "path": "/api/order"}', Work("e2", {}, where="line 7", path="/api/order")),
+    (b'{"id": "e3", "weight": 0}', InvalidInput("line 7", "e3", '"weight" is not a positive integer')),
+    (b'{"id": "e4", "weight": true}', InvalidInput("line 7", "e4", '"weight" is not a positive integer')),
+    (b'{"id": "e5", "weight": 2.0}', InvalidInput("line 7", "e5", '"weight" is not a positive integer')),
+    (b'{"id": "e6", "weight": "2"}', InvalidInput("line 7", "e6", '"weight" is not a positive integer')),
+    (b'{"id": "e7", "method": ""}', InvalidInput("line 7", "e7", '"method" is not a method name such as "POST"')),
+    (b'{"id": "e8", "method": ["GET"]}', InvalidInput("line 7", "e8", '"method" is not a method name such as "POST"')),
+    (b'{"id": "e9", "path": "api/order"}', InvalidInput("line 7", "e9", '"path" is not a path starting with /')),
+    (b'{"id": "e10", "path": 5}', InvalidInput("line 7", "e10", '"path" is not a path starting with /')),
     (b'{"id": "b1", "params": {"x": "' + b"y" * MAX_LINE_BYTES + b'"}}', InvalidInput("line 7", "", f"longer than {MAX_LINE_BYTES} bytes")),
 ])
 def test_each_line_is_read_against_the_request_format(line, expected):

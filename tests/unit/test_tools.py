@@ -46,6 +46,13 @@ def test_the_jsonl_row_must_stay_within_one_percent_of_saturate():
     assert not any("saturate row" in line for line in verdicts(close, [close]))  # nothing to compare with
 
 
+def test_a_real_limiter_s_row_is_judged_against_its_rate():
+    fast = dataclasses.replace(bench_row("nginx", 96.0), keys=5, ratio_nominal=0.96)
+    slow = dataclasses.replace(bench_row("flask-limiter", 94.0), keys=5, ratio_nominal=0.94)
+    assert "  [met] nginx: >= 0.95 of the rate (20/s per key)" in verdicts(fast, [fast])
+    assert "  [MISSED] flask-limiter: >= 0.95 of the rate (20/s per key)" in verdicts(slow, [slow])
+
+
 def test_the_proxy_s_half_close_ends_the_way_to_the_client_and_keeps_the_way_up():
     """What the campaign's proxy-half-close plays: the client reads the end of its connection, while what
     it had sent still reaches the server."""

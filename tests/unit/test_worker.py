@@ -30,7 +30,9 @@ class FlakyTransport:
     def connect(self) -> None:
         """Nothing to open."""
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         self.calls += 1
         if self.calls == 1:
             raise RuntimeError("bug in the transport")
@@ -98,7 +100,9 @@ class AlwaysOk:
     def connect(self) -> None:
         """Nothing to open."""
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
 
     def close(self) -> None:
@@ -173,7 +177,9 @@ class NestedBody:
     def connect(self) -> None:
         """Nothing to open."""
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         self.calls += 1
         if self.calls == 1:
             return Answer(200, b"[" * 100_000, None)

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .. import defaults
 from ..clock import Clock, monotonic
@@ -30,6 +30,7 @@ from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
 from ..limits.timestamps import ServerTimestamps
 from ..limits.order_rule import OrderRule
+from ..limits.scopes import RuleScopes
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import KeyNames, Keyspace
@@ -67,8 +68,8 @@ class LeasedKeyPool(BaseKeyPool):
         secrets: Iterable[str],
         member: str,
         *,
-        rate: int,
-        window: float,
+        limits: RuleScopes,
+        accounts: Sequence[str] = (),
         order_latency: float,
         unanswered_hold: float,
         strike_budget: int,
@@ -80,6 +81,9 @@ class LeasedKeyPool(BaseKeyPool):
         keyspace: Keyspace = Keyspace(),
         clock: Clock = monotonic,
     ) -> None:
+        secrets = list(secrets)
+        account_of = dict(zip(secrets, accounts))
+        memory = limits.memory  # how long the server's limit states may remember a send
         named = shown_names(secrets)
         self._host_locks = _lock_on_host(state_dir, named)
         self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
@@ -91,12 +95,13 @@ class LeasedKeyPool(BaseKeyPool):
         keys = []
         for secret, name in named.items():
             names = keyspace.key(secret)
-            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=window + unanswered_hold,
+            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=memory + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), late_answer_cap=late_answer_cap, clock=clock)
             nonces = timestamps or NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             limiter = ThreadSafeRateLimiter(
-                rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
-                unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
+                name=name, rules=limits.states_of(account_of.get(secret, "")), endpoint=limits.endpoint,
+                order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
+                nonces=nonces, clock=clock,
             )
             key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=lease.epoch,
                          remember_strikes=partial(_count_strike, scripts, names))
@@ -108,8 +113,9 @@ class LeasedKeyPool(BaseKeyPool):
                                       claim_key=keyspace.member_claim(member))
         self._lease_ttl = lease_ttl
         self._strike_budget = strike_budget
-        # From a watched send's timeout, how long its stamp may fill the server's ring: the watch's cap, then a window.
-        self._stamps_last = late_answer_cap + window
+        # From a watched send's timeout, how long its stamp may weigh in the server's limits: the watch's cap, then
+        # the limits' memory.
+        self._stamps_last = late_answer_cap + memory
         self._clock = clock
         self._watch = StoreWatch(member)
         self._stop = threading.Event()

@@ -91,8 +91,11 @@ class StreamSource:
         self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, lease_ttl: float,
         delivery: Delivery = AT_LEAST_ONCE, batch: int = 10, block: float = 0.25,
         clock: Callable[[], float] = time.monotonic, sending: Callable[[], bool] = lambda: True,
+        admit: Callable[[Work], Work | InvalidInput] | None = None,
     ) -> None:
         self.work = work
+        # The profile's check of an entry's endpoint and weight (``Endpoints.admit``).
+        self._admit = admit
         # Whether this member holds a key to send with now (its key pool's leases).
         self._sending = sending
         self.consumer = consumer
@@ -170,8 +173,8 @@ class StreamSource:
     ) -> list[Work | InvalidInput | UnknownFate]:
         """The requests of ``entries`` this daemon does not hold yet, held from now on. ``resumed``: delivered
         before, each is looked up in the journal first; if the store fails meanwhile, none is held."""
-        parsed = [parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id)
-                  for entry_id, fields in entries]
+        parsed = [parse_line((fields or {}).get(ENTRY_FIELD, ""), f"entry {entry_id}", receipt=entry_id,
+                             admit=self._admit) for entry_id, fields in entries]
         items = [self._resumed(store, item) for item in parsed] if resumed else parsed
         return [item for item in items if self.held.take(item.receipt)]
 

@@ -8,7 +8,6 @@ results script and ``submit``'s touch them together.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Iterable
 
 from ..errors import ConfigError
@@ -93,7 +92,7 @@ def submit_lines(
             refused.append(item)
             continue
         id_keys.append(f"{work.stream}:id:{item.id}")
-        requests.append(json.dumps({"id": item.id, "params": item.params}))
+        requests.append(item.as_line())
         if len(id_keys) >= batch:
             flush()
     flush()

@@ -109,6 +109,9 @@ class Worker(ManagedThread):
         # The exchange read the held request's latest send accepted (this thread only): whatever raises
         # afterwards (a listener, a callback), it ends accepted, never sent again under a fresh nonce.
         self._accepted = False
+        # What each send of the held request spends of the key's limits, worked out once when it is taken
+        # (this thread only); None: the usual request, the profile's endpoint at weight 1.
+        self._costs: tuple[int, ...] | None = None
         self._transport_bugs = 0  # sends in a row the transport failed on with an error of no known kind
 
     def work(self) -> None:
@@ -168,6 +171,7 @@ class Worker(ManagedThread):
         return None
 
     def _handle(self, request: Request) -> None:
+        self._costs = self._costs_of(request)
         if not self._connect(request):
             return
         permit = self._acquire(request)
@@ -268,6 +272,7 @@ class Worker(ManagedThread):
         request.ambiguous += 1
         request.key, request.nonce = self.key.name, nonce  # what its record names if it cannot be settled
         sent_at, self._in_doubt, self._doubt_epoch = self._clock(), Permit.of_earlier_run(nonce), self.key.epoch()
+        self._costs = self._costs_of(request)  # in doubt already: if it raises, the request ends unknown
         self._conclude(request, self._settle(self._in_doubt, request), None, sent_at)
 
     def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
@@ -345,7 +350,7 @@ class Worker(ManagedThread):
                 limiter.hold(self._policy.backoff(asked))
             asked += 1
             try:
-                permit = limiter.acquire(resend_of=first)
+                permit = limiter.acquire(resend_of=first, costs=self._costs)
             except (LimiterClosed, SendOvertaken):
                 return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
             try:
@@ -384,7 +389,8 @@ class Worker(ManagedThread):
         ambiguous, as the first attempt stays if no slot comes within the request's time-to-live
         or a later send left first. The resend is not an attempt of its own."""
         try:
-            permit = self.key.limiter.acquire(max(0.0, request.deadline - self._clock()), resend_of=first)
+            permit = self.key.limiter.acquire(max(0.0, request.deadline - self._clock()), resend_of=first,
+                                              costs=self._costs)
         except (LimiterTimeout, LimiterClosed, SendOvertaken, KeyNotHeld):
             return _STALE, None
         try:
@@ -425,7 +431,7 @@ class Worker(ManagedThread):
             remaining = request.deadline - self._clock()
             if remaining <= 0:
                 raise LimiterTimeout(self.key.name, 0.0)
-            return self.key.limiter.acquire(timeout=remaining)
+            return self.key.limiter.acquire(timeout=remaining, costs=self._costs)
         except LimiterTimeout:
             if self._clock() < request.deadline:
                 self._hand_back(request)
@@ -440,6 +446,13 @@ class Worker(ManagedThread):
             self._hand_back(request)
             self._on_stop(OUTPUT_FAILED, f"{self.key.name}: {exc}")
         return None
+
+    def _costs_of(self, request: Request) -> tuple[int, ...] | None:
+        """What each send of ``request`` spends of the key's limits (``costs_of``); None for the usual
+        request, whose costs the limiter knows already (the hot path works nothing out)."""
+        if not request.path and request.weight == 1:
+            return None
+        return self.key.limiter.costs_of(f"{request.method} {request.path}" if request.path else "", request.weight)
 
     def _hand_back(self, request: Request) -> None:
         """Give a request that was not sent back to the queues, at no cost; this worker holds nothing then."""
@@ -469,7 +482,7 @@ class Worker(ManagedThread):
             self._doubt_epoch = self.key.epoch()
         doubt, self._in_doubt = self._in_doubt, permit
         try:
-            answer = self._transport.send(permit.nonce, request.req_id, request.params)
+            answer = self._transport.send(permit.nonce, request.req_id, request.params, request.method, request.path)
         except TransportError as exc:
             if isinstance(exc, SendFenced):  # the lease ended after the check above, before any byte left
                 self._in_doubt = doubt

@@ -35,7 +35,8 @@ class RequestWriter:
         if (signing is None) != (signer is None):
             raise ValueError("a signing profile needs the key's signer, and only it")
         self.method = request.method
-        self.path = base_path.rstrip("/") + request.path
+        self._base_path = base_path.rstrip("/")
+        self.path = self._base_path + request.path
         self._key = api_key
         self._json = request.params_in == "json"
         self._form = request.params_in == "form"
@@ -71,8 +72,13 @@ class RequestWriter:
     def __repr__(self) -> str:
         return f"<RequestWriter {self.method} {self.path}>"
 
-    def write(self, nonce: int, req_id: str, params: dict[str, str] | None) -> tuple[str, str, bytes | None, dict[str, str]]:
-        """(method, target, body, headers) of one attempt; the body None when there is none."""
+    def write(
+        self, nonce: int, req_id: str, params: dict[str, str] | None, method: str = "", path: str = "",
+    ) -> tuple[str, str, bytes | None, dict[str, str]]:
+        """(method, target, body, headers) of one attempt, to the request's own ``method`` and ``path`` if it
+        names them ("": the profile's), signed as sent; the body None when there is none."""
+        method = method or self.method
+        path = self._base_path + path if path else self.path
         stamp = str(nonce)
         headers = self._headers
         if self._nonce_header or self._signer is not None:
@@ -103,15 +109,15 @@ class RequestWriter:
             headers["Content-Type"] = self._content_type
         if self._signer is not None:
             signature = self._signer.sign(SignedParts(
-                self.method, self.path, query, body, stamp if self._nonce_param or self._nonce_header else "",
+                method, path, query, body, stamp if self._nonce_param or self._nonce_header else "",
                 stamp if self._stamp_is_time else "", self._key, self._window,
             ))
             if self._signature_header:
                 headers[self._signature_header] = signature
             else:
                 query = _joined(query, f"{quote(self._signature_param)}={quote(signature)}")
-        target = f"{self.path}?{query}" if query else self.path
-        return self.method, target, body.encode() if body else None, headers
+        target = f"{path}?{query}" if query else path
+        return method, target, body.encode() if body else None, headers
 
     def _protocol_fields(self, stamp: str, req_id: str) -> dict[str, str]:
         fields = {self._key_param: self._key} if self._key_param else {}

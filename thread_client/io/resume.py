@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..delivery import AT_LEAST_ONCE, Delivery
-from ..request import FinalOutcome, InvalidInput, Request
+from ..request import FinalOutcome, InvalidInput, Request, endpoint_fields
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 from .seen_ids import SeenIds
 
@@ -19,12 +19,13 @@ __all__ = ["EarlierSend", "ResumePoint", "SendJournal", "line_digest"]
 
 
 class SendJournal(JsonLinesOutput):
-    """A ``Journal``: ``<results>.sent``, one line (id, key id, nonce, params) written before each send,
-    so a restart can tell the requests that may have reached the exchange from those that never
-    left (and mark them ``resumed_after_crash``), and send the last one of each key again with its
-    own nonce. A line that cannot be written raises OSError (the send must not leave: a restart
-    would send it again unmarked). Exactly-once (``delivery``) puts each line on the disk before its
-    send leaves (group-committed), so even a power loss cannot hide a send."""
+    """A ``Journal``: ``<results>.sent``, one line (id, key id, nonce, params; the endpoint and weight where
+    they are not the profile's) written before each send, so a restart can tell the requests that may
+    have reached the exchange from those that never left (and mark them ``resumed_after_crash``), and
+    send the last one of each key again with its own nonce, to the same endpoint. A line that cannot be
+    written raises OSError (the send must not leave: a restart would send it again unmarked). Exactly-once
+    (``delivery``) puts each line on the disk before its send leaves (group-committed), so even a power
+    loss cannot hide a send."""
 
     def __init__(
         self, results_path: str, *, delivery: Delivery = AT_LEAST_ONCE, write: Callable[[int, bytes], int] = os.write,
@@ -42,7 +43,8 @@ class SendJournal(JsonLinesOutput):
 
     def sending(self, request: Request, key: str, nonce: int) -> None:
         """Write down that ``request`` leaves now on the key whose id is ``key``, with ``nonce``."""
-        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params, **self._mark})
+        self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params,
+                           **endpoint_fields(request), **self._mark})
 
     def answered(self, request: Request, key: str, nonce: int) -> None:
         """Write down that the send of ``nonce`` was answered without being accepted: a restart must
@@ -59,6 +61,9 @@ class EarlierSend:
     key: str  # the key's id (``key_id``), never its shown name: two keys may show the same
     nonce: int
     params: dict[str, str] = field(default_factory=dict)
+    method: str = ""  # where it went, as its request named it ("": the profile's endpoint)
+    path: str = ""
+    weight: int = 1
 
 
 class ResumePoint:
@@ -144,7 +149,8 @@ def _line_key(where: str, digest: str) -> str:
 
 def _earlier_send(record: dict) -> EarlierSend | None:
     try:
-        return EarlierSend(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})))
+        return EarlierSend(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})),
+                           str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -11,7 +11,7 @@ import stat
 import sys
 import threading
 from dataclasses import replace
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from ..errors import StateNotWritten
 from ..request import MAX_LINE_BYTES, InvalidInput, Work, parse_line
@@ -59,7 +59,8 @@ class SyntheticSource:
 
 
 class JsonLinesSource:
-    """The user's requests, one JSON object per line: ``{"id": "...", "params": {"name": scalar, ...}}``.
+    """The user's requests, one JSON object per line: ``{"id": "...", "params": {"name": scalar, ...}}``, and
+    optionally its ``method``, ``path`` and ``weight``, which ``admit`` checks against the profile.
 
     Read lazily from a file (``path``) or standard input (``"-"``): the producer
     takes the next line only when the main queue has room, so memory stays flat
@@ -82,9 +83,11 @@ class JsonLinesSource:
         poll: float = 0.25,
         state_dir: str | None = None,
         resume: ResumePoint | None = None,
+        admit: Callable[[Work], Work | InvalidInput] | None = None,
     ) -> None:
         self.path = path
         self._follow = follow
+        self._admit = admit
         self._poll = poll
         self._state_dir = state_dir
         self._resume = resume
@@ -127,7 +130,7 @@ class JsonLinesSource:
 
     def _item(self, raw: bytes, where: str, seen: SeenIds) -> Work | InvalidInput | None:
         """What one line is for this run: None if an earlier run recorded it (or settles it now)."""
-        item = parse_line(raw, where)
+        item = parse_line(raw, where, admit=self._admit)
         resume = self._resume
         if isinstance(item, InvalidInput):
             item = replace(item, digest=line_digest(raw))

@@ -104,12 +104,15 @@ class HttpTransport:
         state = "open" if self._connection.sock is not None else "closed"
         return f"<HttpTransport {self.endpoint} {state}>"
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None) -> Answer:
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
         """One attempt; raises a TransportError (see the class docstring) when no answer came.
-        ``params`` go where the profile's ``params_in`` says. Raises RequestNotBuilt, with nothing
-        sent, if the request cannot be built (a signing hook failed, a parameter takes a profile's name)."""
+        ``params`` go where the profile's ``params_in`` says; the request to ``method`` and ``path`` (after
+        the URL's prefix) if it names its own endpoint. Raises RequestNotBuilt, with nothing sent, if the
+        request cannot be built (a signing hook failed, a parameter takes a profile's name)."""
         try:
-            method, target, body, headers = self._writer.write(nonce, req_id, params)
+            method, target, body, headers = self._writer.write(nonce, req_id, params, method, path)
         except ParameterTaken as exc:
             raise RequestNotBuilt(str(exc), refused=True) from exc
         except Exception as exc:  # the user's hook: nothing left. Its words may hold the secret: only its kind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..clock import Clock, monotonic
 from .host_state import KeyState
@@ -13,6 +13,7 @@ from .limiter import ThreadSafeRateLimiter
 from .nonces import NonceGenerator
 from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
+from .scopes import RuleScopes
 
 __all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
 
@@ -196,8 +197,8 @@ class HostKeyPool(BaseKeyPool):
         secrets: Iterable[str],
         *,
         state_dir: str,
-        rate: int,
-        window: float,
+        limits: RuleScopes,
+        accounts: Sequence[str] = (),
         order_latency: float,
         unanswered_hold: float,
         order_rule: OrderRule | None = None,
@@ -205,7 +206,10 @@ class HostKeyPool(BaseKeyPool):
         clock: Clock = monotonic,
     ) -> "HostKeyPool":
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
-        and give it a limiter whose nonces start above the key's durable mark."""
+        and give it a limiter whose nonces start above the key's durable mark, spending from the states
+        ``limits`` gives it (``accounts``: each key's account, in the order of ``secrets``)."""
+        secrets = list(secrets)
+        account_of = dict(zip(secrets, accounts))
         states: list[KeyState] = []
         keys = []
         try:
@@ -217,8 +221,9 @@ class HostKeyPool(BaseKeyPool):
                 # above the key's durable mark.
                 nonces = timestamps or NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 limiter = ThreadSafeRateLimiter(
-                    rate, name=name, window=window, order_latency=order_latency, order_rule=order_rule,
-                    unanswered_hold=unanswered_hold, nonces=nonces, clock=clock,
+                    name=name, rules=limits.states_of(account_of.get(secret, "")), endpoint=limits.endpoint,
+                    order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
+                    nonces=nonces, clock=clock,
                 )
                 keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
                                    remember_strikes=state.write_strikes))

@@ -1,14 +1,16 @@
-"""Per-key rate limiter that cannot trip the server's limit, whatever the latencies.
+"""Per-key rate limiter that cannot trip the server's limits, whatever the latencies.
 
 The server stamps a request at an instant ``s`` the client cannot see, somewhere
-between the send and the answer. Two rules pace the sends of one key:
+between the send and the answer. Two kinds of rule pace the sends of one key:
 
-* Window rule (never risks a strike): each of the ``rate`` ring slots used by a
-  request is free again ``window`` seconds after that request's *answer* came
-  back (``s <= answer``). A request whose answer did not come in time holds its
-  slot until the server shows it read it (``release_late``: a late answer, its
-  connection's end) and a window more; one reset after it was sent holds it for
-  ``unanswered_hold`` seconds more than that of an answer now.
+* Limit rules (never risk a strike): each of the API's limits that applies to the
+  key (its own, its account's, the host's: ``rules``) is a state that lets a send
+  through only if no placement of the stamps within what the client knows can
+  break it (``rules.base``); by default one ring of ``rate`` slots, each free again
+  ``window`` seconds after its request's *answer* came back (``s <= answer``). A
+  request whose answer did not come in time is known stamped only once the server
+  shows it read it (``release_late``: a late answer, its connection's end); one
+  reset after it was sent counts as stamped ``unanswered_hold`` seconds from now.
 * Order rule (bets only a nonce retry): the next send waits until the previous
   send on the key was answered, or a gap after it, whichever comes first: the
   gap an ``OrderRule`` learns from the answers (the most accepted requests per
@@ -26,33 +28,36 @@ block is reserved before the lock is taken (``NonceGenerator.reserve_ahead``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass
+from typing import Hashable, Iterator, Sequence
 
 from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
-from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
+from .rules import LimitRule, RuleState
+from .scopes import SharedRule
+from .timestamps import ServerTimestamps
 
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
 
-_IN_FLIGHT = math.inf
-_ROUNDING_GUARD = 1e-6  # seconds added to the window: see __init__
 _FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
 
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """The right to send one request now: which slot it uses, its nonce, its place in the send order.
+    """The right to send one request now: what it spent of each limit rule (``tokens``, in the limiter's
+    order of rules), its nonce, its place in the send order.
     ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown.
     ``after_unanswered``: seconds after the key's previous send, if that one was still unanswered (what
     the order rule is told once this send surely left, when the permit is given back uncancelled)."""
 
-    slot: int
+    tokens: tuple[Hashable, ...]
     nonce: int
     sent_at: float
     sequence: int
@@ -62,14 +67,15 @@ class Permit:
     @classmethod
     def of_earlier_run(cls, nonce: int) -> "Permit":
         """The send of an earlier run of the client, known only by its nonce: what a resend after a
-        restart repeats. It came before every send of this run (sequence 0) and holds no slot."""
-        return cls(slot=-1, nonce=nonce, sent_at=-math.inf, sequence=0)
+        restart repeats. It came before every send of this run (sequence 0) and holds nothing of any rule."""
+        return cls(tokens=(), nonce=nonce, sent_at=-math.inf, sequence=0)
 
 
 @dataclass(frozen=True, slots=True)
 class LimiterState:
     """An immutable snapshot for metrics and tests; ``ready_in`` is the seconds until a send is
-    allowed (0: now; inf: only an answer can tell)."""
+    allowed (0: now; inf: only an answer can tell); ``window`` the first rule's ``pace`` (a ring's window,
+    a bucket's interval), widened by strikes."""
 
     in_flight: int
     ready_in: float
@@ -82,17 +88,25 @@ class LimiterState:
 class ThreadSafeRateLimiter:
     """Paces the sends of one API key; many worker threads may share it.
 
-    ``acquire()`` blocks until both rules allow a send and returns a ``Permit``;
+    ``acquire()`` blocks until every rule allows a send and returns a ``Permit``;
     every permit must be given back with ``release()`` once its answer (or its
     failure) is known.
+
+    ``rules``: the limit states the key spends from, each with the rule that says what
+    a send costs of it (its own states first, then ``SharedRule``s other keys spend
+    from too); without them, one ring of ``rate`` slots freed ``window`` after each
+    answer. ``endpoint``: the profile's own (``METHOD /path``, as a cost table names it),
+    where a send of ``costs=None`` goes.
     """
 
     def __init__(
         self,
-        rate: int,
+        rate: int = defaults.RATE,
         *,
         name: str = "key",
         window: float = defaults.WINDOW,
+        rules: Sequence[tuple[RuleState | SharedRule, LimitRule]] | None = None,
+        endpoint: str = "",
         order_latency: float = defaults.ORDER_LATENCY,
         unanswered_hold: float = defaults.HTTP_TIMEOUT,  # an answer can come no later than the HTTP timeout
         order_rule: OrderRule | None = None,
@@ -103,22 +117,32 @@ class ThreadSafeRateLimiter:
             raise ValueError(f"rate must be at least 1, got {rate}")
         if window <= 0 or order_latency < 0 or unanswered_hold < 0:
             raise ValueError("window must be positive and the latencies not negative")
+        if rules is None:
+            ring = LimitRule.ring(rate, window)
+            rules = [(ring.new_state(), ring)]
+        if not rules:
+            raise ValueError("a limiter needs at least one rule")
         self.name = name
         self.nonces = nonces if nonces is not None else NonceGenerator()
         self._clock = clock
         self._unanswered_hold = unanswered_hold
         # The learnt gap, shared with the host's other keys; none for a fixed order latency (or one in flight).
         self._order_rule = order_rule if math.isfinite(order_latency) else None
-        # Guards every field below. `_changed` is notified whenever a send may have
-        # become possible sooner (a slot freed, the order gate opened) and on close.
+        # Guards every field below and this key's own rule states. `_changed` is notified whenever a send may
+        # have become possible sooner (a slot freed, the order gate opened; a sharer's answer) and on close.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        # The window plus a microsecond: an answer's time plus the window is a float sum that may land one ulp
-        # short of the millisecond the server's whole-ms rule needs (hypothesis found 50.05 + 1.001 stamped at
-        # 51050 ms, one step after a stamp at 50050: refused). A microsecond costs nothing against a window.
-        self._window = window + _ROUNDING_GUARD
+        # Each state with its rule, in one order (the permits' tokens and the costs follow it); the shared ones
+        # are locked after ours, in rank order, and told whom to wake.
+        self._shared = sorted((state for state, _ in rules if isinstance(state, SharedRule)), key=lambda state: state.rank)
+        self._rules = [(state.state if isinstance(state, SharedRule) else state, rule) for state, rule in rules]
+        self._endpoint = endpoint
+        self._usual_costs = self.costs_of("", 1)  # a send of the profile's own endpoint and weight 1
+        for shared in self._shared:
+            shared.listen(self._wake)
         self._order_latency = order_latency
-        self._free_at = [-math.inf] * rate  # monotonic time each slot frees; _IN_FLIGHT while unanswered
+        self._out = 0  # permits handed out and not given back
+        self._looking_threads = 0  # threads in acquire() or wait_ready(); read without the lock by _wake
         self._order_open_at = -math.inf
         self._held_until = -math.inf
         self._sequence = 0
@@ -135,41 +159,104 @@ class ThreadSafeRateLimiter:
             f" order_latency={state.order_latency:.3f} held={state.held} closed={state.closed}>"
         )
 
-    # -- decisions (called with the lock held) -------------------------------
+    @property
+    def forget_after(self) -> float:
+        """How long after its last stamp the server's states of this key may still refuse a send."""
+        with self._lock, self._shared_locked():
+            return max(state.forget_after for state, _ in self._rules)
 
-    def _delay_until_free(self, now: float, resend: bool = False) -> float:
-        """Seconds until both rules allow a send (0 if now, inf if only an answer can tell).
-        A resend is the send the order gate is waiting on, so only the window rule applies to it."""
-        order_open_at = -math.inf if resend else self._order_open_at
-        ready_at = max(min(self._free_at), order_open_at, self._held_until)
+    # -- decisions (called with the lock held, and the shared rules' locks) ----
+
+    def _shared_locked(self) -> contextlib.AbstractContextManager:
+        """The shared rules' locks, taken in rank order (called with our own lock held)."""
+        if not self._shared:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for shared in self._shared:
+            stack.enter_context(shared.lock)
+        return stack
+
+    def costs_of(self, endpoint: str, weight: int) -> tuple[int, ...]:
+        """What a send to ``endpoint`` (``METHOD /path``; "": the profile's own) of ``weight`` spends of each
+        rule, in the limiter's order. Raises ValueError if it can never fit one (more than the rule allows)."""
+        return tuple(rule.cost_of(endpoint or self._endpoint, weight) for _, rule in self._rules)
+
+    def _delay_until_free(self, now: float, costs: tuple[int, ...], resend: bool = False) -> float:
+        """Seconds until every rule allows a send of ``costs`` (0 if now, inf if only an answer can tell).
+        A resend is the send the order gate is waiting on, so only the limit rules apply to it."""
+        ready_at = max(-math.inf if resend else self._order_open_at, self._held_until)
+        for (state, _), cost in zip(self._rules, costs):
+            if cost:
+                ready_at = max(ready_at, state.ready_at(now, cost))
         return max(0.0, ready_at - now)
 
-    def _least_delay(self, now: float) -> float:
+    def _least_delay(self, now: float, costs: tuple[int, ...]) -> float:
         """A lower bound of the delay: as if every request in flight were answered right now."""
-        earliest_slot = min(now + self._window if t == _IN_FLIGHT else t for t in self._free_at)
-        return max(0.0, max(earliest_slot, self._held_until) - now)
+        ready_at = max([self._held_until] + [state.least_ready_at(now, cost)
+                                             for (state, _), cost in zip(self._rules, costs) if cost])
+        return max(0.0, ready_at - now)
 
-    def _take(self, now: float, resend_of: Permit | None) -> Permit | None:
+    def _take(self, now: float, resend_of: Permit | None, costs: tuple[int, ...]) -> Permit | None:
         """The permit of a send now; None, with nothing taken, if no reserved block covers its nonce."""
         if resend_of is not None and resend_of.sequence != self._sequence:
             raise SendOvertaken(self.name)
         nonce = resend_of.nonce if resend_of is not None else self.nonces.next()
         if nonce is None:
             return None
-        slot = self._free_at.index(min(self._free_at))
-        self._free_at[slot] = _IN_FLIGHT
+        tokens = tuple(state.take(now, cost) if cost else None for (state, _), cost in zip(self._rules, costs))
+        self._out += 1
         if resend_of is not None:
-            return Permit(slot, nonce, now, resend_of.sequence, resend=True)
+            return Permit(tokens, nonce, now, resend_of.sequence, resend=True)
         after_unanswered = None if self._last_answered else now - self._last_sent_at
         self._order_open_at = now + self._gap()
         self._last_sent_at, self._last_answered = now, False
         self._sequence += 1
-        return Permit(slot, nonce, now, self._sequence, after_unanswered=after_unanswered)
+        return Permit(tokens, nonce, now, self._sequence, after_unanswered=after_unanswered)
+
+    def _settle(self, permit: Permit, stamped_by: float | None) -> None:
+        """Give back what ``permit`` spent of each rule: stamped no later than ``stamped_by`` (None: it never
+        reached the server). Called with the lock held; takes the shared ones'."""
+        self._out -= 1
+        with self._shared_locked():
+            for (state, _), token in zip(self._rules, permit.tokens):
+                if token is None:
+                    continue  # the send spent nothing of this rule
+                if stamped_by is None:
+                    state.cancel(token)
+                else:
+                    state.settle(token, stamped_by)
+
+    @contextlib.contextmanager
+    def _looking(self) -> Iterator[None]:
+        """Counts a thread that reads the rules and may wait on them (called with the lock held), from before
+        its first read: a sharer that frees a shared rule after that read sees it (``_wake``)."""
+        self._looking_threads += 1
+        try:
+            yield
+        finally:
+            self._looking_threads -= 1
+
+    def _wake(self) -> None:
+        """A sharer freed some of a shared rule: let every waiter look again. Called with no lock held; skipped
+        (a racy read, on the safe side) when no thread is looking: one that starts later reads the freed state."""
+        if self._looking_threads:
+            with self._changed:
+                self._changed.notify_all()
+
+    def _wake_sharers(self) -> None:
+        """Tell the keys sharing a rule with this one that some of it is free. Called with no lock held."""
+        for shared in self._shared:
+            shared.wake_sharers(but=self._wake)
 
     # -- public API ----------------------------------------------------------
 
-    def acquire(self, timeout: float | None = None, *, resend_of: Permit | None = None) -> Permit:
+    def acquire(
+        self, timeout: float | None = None, *, resend_of: Permit | None = None, costs: tuple[int, ...] | None = None,
+    ) -> Permit:
         """Block until a send is allowed and return its permit.
+
+        ``costs``: what the send spends of each rule (``costs_of``); None: a send of the profile's own
+        endpoint and weight 1.
 
         ``resend_of``: a slot to send ``resend_of``'s nonce again (its fate unknown), past the
         order gate that waits on it; no new nonce is drawn, and SendOvertaken is raised if a later
@@ -179,21 +266,24 @@ class ThreadSafeRateLimiter:
         store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
         deadline = math.inf if timeout is None else self._clock() + timeout
+        costs = self._usual_costs if costs is None else costs
         while True:
             if resend_of is None:
                 self.nonces.reserve_ahead()
-            with self._changed:
+            with self._changed, self._looking():
                 now = self._clock()
                 while True:
                     if self._closed:
                         raise LimiterClosed(self.name)
-                    delay = self._delay_until_free(now, resend_of is not None)
+                    with self._shared_locked():
+                        delay = self._delay_until_free(now, costs, resend_of is not None)
+                        permit = self._take(now, resend_of, costs) if delay <= 0 else None
+                        least_delay = self._least_delay(now, costs) if delay > 0 else 0.0
                     if delay <= 0:
-                        permit = self._take(now, resend_of)
                         if permit is not None:
                             return permit
                         break  # the reserved block ran out meanwhile: reserve the next one, without the lock
-                    if now >= deadline or now + self._least_delay(now) > deadline:
+                    if now >= deadline or now + least_delay > deadline:
                         raise LimiterTimeout(self.name, delay)
                     now = self._wait(delay, deadline, now)
 
@@ -205,13 +295,14 @@ class ThreadSafeRateLimiter:
         Retry-After or a strike, every slot in flight) takes no work it could only hand back,
         and none of its threads spins through the queue meanwhile.
         """
-        with self._changed:
+        with self._changed, self._looking():
             now = self._clock()
             deadline = math.inf if timeout is None else now + timeout
             while True:
                 if self._closed or not self._taking:
                     raise LimiterClosed(self.name)
-                delay = self._delay_until_free(now)
+                with self._shared_locked():
+                    delay = self._delay_until_free(now, self._usual_costs)
                 if delay <= 0:
                     return True
                 if now >= deadline:
@@ -237,9 +328,9 @@ class ThreadSafeRateLimiter:
             if accepted:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
-                self._free_at[permit.slot] = self._clock() + self._window + self._unanswered_hold
+                self._settle(permit, self._clock() + self._unanswered_hold)
             else:
-                self._free_at[permit.slot] = answered_at + self._window
+                self._settle(permit, answered_at)
                 if permit.sequence == self._sequence:
                     self._order_open_at = min(self._order_open_at, answered_at)
                     self._last_answered = True
@@ -247,20 +338,22 @@ class ThreadSafeRateLimiter:
                     self._order_rule.answered(answered_at - permit.sent_at)
             # A waiter may have seen this slot in flight (no known free time): let it look again.
             self._changed.notify_all()
+        self._wake_sharers()
 
     def release_late(self, permit: Permit, sign_seen: bool) -> None:
         """Give back the permit of a send that got no answer in time, once the server showed it had
         read the request (``sign_seen``: a late answer's first byte, or the connection's end, just
-        now); its slot frees a window from now, by this limiter's clock. False: no sign came within
-        the watch's cap, and the slot keeps the unanswered hold from now. The order rule learns
-        nothing from it (no round trip was timed)."""
+        now): it counts as stamped now, by this limiter's clock. False: no sign came within the
+        watch's cap, and it keeps the unanswered hold from now. The order rule learns nothing from it
+        (no round trip was timed)."""
         if not sign_seen:
             self.release(permit, None)
             return
         with self._changed:
             self._told_sent(permit)
-            self._free_at[permit.slot] = self._clock() + self._window
+            self._settle(permit, self._clock())
             self._changed.notify_all()
+        self._wake_sharers()
 
     def _told_sent(self, permit: Permit) -> None:
         """Tell the order rule that ``permit``'s first send left. Called with the lock held."""
@@ -269,31 +362,34 @@ class ThreadSafeRateLimiter:
 
     def cancel(self, permit: Permit) -> None:
         """Give back a permit whose request surely never reached the server (connection refused):
-        its slot is free at once and, if it was the last send, so is the order gate (not for a
+        nothing of any rule was spent and, if it was the last send, the order gate opens (not for a
         resend: the copy before it may still arrive). The order rule never hears of it."""
         with self._changed:
-            self._free_at[permit.slot] = -math.inf
+            self._settle(permit, None)
             if permit.sequence == self._sequence and not permit.resend:
                 self._order_open_at = -math.inf
                 self._last_answered = True
             self._changed.notify_all()
+        self._wake_sharers()
 
     def give_up_order(self, permit: Permit) -> None:
         """The send of ``permit`` gets no answer this run (a settle cut short): the order gate stops
-        waiting on it, so the key can send again; its slot keeps its unanswered hold."""
+        waiting on it, so the key can send again; what it spent keeps its unanswered hold."""
         with self._changed:
             if permit.sequence == self._sequence:
                 self._order_open_at = min(self._order_open_at, self._clock())
             self._changed.notify_all()
 
     def note_rate_limited(self) -> float:
-        """A 429 arrived although the window rule forbids it (a strike): hold the key back a full
-        window plus the unanswered hold, so every stamp it may have left in the server's ring has
-        expired, and widen the window a little. Returns the new window."""
-        with self._changed:
-            self._held_until = max(self._held_until, self._clock() + self._window + self._unanswered_hold)
-            self._window += 0.005
-            return self._window - _ROUNDING_GUARD
+        """A 429 arrived although the rules forbid it (a strike): hold the key back until every stamp
+        it may have left in the server's states is forgotten (the longest rule's memory plus the
+        unanswered hold), and make every rule a little more careful. Returns the first rule's new pace."""
+        with self._changed, self._shared_locked():
+            memory = max(state.forget_after for state, _ in self._rules)
+            self._held_until = max(self._held_until, self._clock() + memory + self._unanswered_hold)
+            for state, _ in self._rules:
+                state.widen()
+            return self._rules[0][0].pace
 
     def note_invalid_nonce(self) -> float:
         """A 400 invalid nonce: tell the order rule, and push the nonces ahead, twice as far each
@@ -330,12 +426,12 @@ class ThreadSafeRateLimiter:
             self._changed.notify_all()
 
     def state(self) -> LimiterState:
-        with self._lock:
+        with self._lock, self._shared_locked():
             now = self._clock()
             return LimiterState(
-                in_flight=sum(1 for t in self._free_at if t == _IN_FLIGHT),
-                ready_in=self._delay_until_free(now),
-                window=self._window - _ROUNDING_GUARD,
+                in_flight=self._out,
+                ready_in=self._delay_until_free(now, self._usual_costs),
+                window=self._rules[0][0].pace,
                 order_latency=self._gap(),
                 held=self._held_until > now,
                 closed=self._closed,

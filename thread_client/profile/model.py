@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .. import defaults
+from ..limits.rules import LimitRule
 
 __all__ = [
     "ANSWER_OUTCOMES", "FIELDS_IN", "INVALID_NONCE_COSTS", "METHODS", "NONCE_STYLES", "PARAMS_IN", "TEMPLATE_FIELDS",
@@ -35,7 +36,8 @@ class RequestShape:
     """How one request is built. ``key_param`` or ``key_header`` (exactly one) carries the API key;
     ``id_param`` empty: the id is not sent and an answer belongs to its connection only. The user's
     params go where ``params_in`` says; the key, nonce, receive window and id params in the query
-    string (``fields_in = "query"``) or with the params in the body (``"body"``)."""
+    string (``fields_in = "query"``) or with the params in the body (``"body"``). A request goes to
+    ``method`` and ``path`` unless its input line names another of ``endpoints`` (``METHOD /path``)."""
 
     method: str = "GET"
     path: str = "/api/request"
@@ -45,6 +47,12 @@ class RequestShape:
     key_header: str = ""
     id_param: str = "req_id"
     headers: tuple[tuple[str, str], ...] = ()
+    endpoints: tuple[str, ...] = ()
+
+    @property
+    def endpoint(self) -> str:
+        """The profile's own endpoint, as a limit's cost table names it: ``METHOD /path``."""
+        return f"{self.method} {self.path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,4 +134,5 @@ class Profile:
     message_field: str = "error_msg"  # the JSON field holding the server's own words, for records and logs
     answers: tuple[AnswerRule, ...] = ()
     penalty: Penalty = Penalty()
+    limits: tuple[LimitRule, ...] = ()  # every limit a send must fit ([[limit]]); the reference's if none given
     description: str = ""

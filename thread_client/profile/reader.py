@@ -18,6 +18,7 @@ from .model import (
     Penalty, Profile, RequestShape, Signing,
 )
 from .signing import HookError, load_hook
+from ..limits.rules import ALGORITHMS, SCOPES, LimitRule
 
 __all__ = ["DEFAULT_PROFILE", "ProfileError", "builtin_names", "load_profile", "read_profile"]
 
@@ -43,12 +44,14 @@ class _Field:
 
 
 _TEXT = _Field((str,))
+_NUMBER = _Field((int, float))
 _TABLES: dict[str, dict[str, _Field]] = {
-    "": {"name": _TEXT, "description": _TEXT},
+    "": {"name": _TEXT, "description": _TEXT, "limit": _Field((list,))},
     "request": {
         "method": _Field((str,), METHODS), "path": _TEXT, "params_in": _Field((str,), PARAMS_IN),
         "fields_in": _Field((str,), FIELDS_IN),
         "key_param": _TEXT, "key_header": _TEXT, "id_param": _TEXT, "headers": _Field((dict,)),
+        "endpoints": _Field((list,)),
     },
     "nonce": {
         "style": _Field((str,), NONCE_STYLES), "param": _TEXT, "header": _TEXT, "recv_window_ms": _Field((int,)),
@@ -65,7 +68,14 @@ _TABLES: dict[str, dict[str, _Field]] = {
         "equals": _Field((str, int, float, bool)), "echo_id": _TEXT, "outcome": _Field((str,), ANSWER_OUTCOMES),
     },
     "penalty": {"strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS)},
+    "limit": {
+        "name": _TEXT, "algorithm": _Field((str,), tuple(ALGORITHMS)), "scope": _Field((str,), SCOPES),
+        "cost": _Field((int, str, dict)), "limit": _Field((int,)), "period_ms": _NUMBER, "rate_per_s": _NUMBER,
+        "burst": _Field((int,)), "max": _Field((int,)), "decay_per_s": _NUMBER,
+    },
 }
+#: Tables given as arrays (``[[limit]]``): their fields are checked one entry at a time.
+_ARRAY_TABLES = ("answers.rule", "limit")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "a table"}
 
@@ -151,7 +161,7 @@ class _Compiler:
         self._errors.append(f"{self._source}:{line}: {what}")
 
     def compile(self, data: dict[str, Any], default_name: str) -> Profile:
-        tables = [name for name in _TABLES if name and "." not in name]
+        tables = [name for name in _TABLES if name and name not in _ARRAY_TABLES]
         for name, value in data.items():
             if isinstance(value, dict) and name not in tables:
                 self._error(self._finder.line(name), f"unknown table [{name}] (tables: {', '.join(tables)})")
@@ -167,6 +177,7 @@ class _Compiler:
                         f"the profile's own params must have different names: {', '.join(names)}")
         answers = self._table(data, "answers")
         rules = self._rules(answers.get("rule", []), request)
+        limits = self._limits(top.get("limit", []), request)
         penalty = self._table(data, "penalty")
         if penalty.get("strikes_to_block", 1) < 1:
             self._error(self._finder.line("penalty", "strikes_to_block"), "strikes_to_block must be at least 1")
@@ -175,12 +186,12 @@ class _Compiler:
         return Profile(
             name=top.get("name", default_name), source=self._source, description=top.get("description", ""),
             request=request, nonce=nonce, sign=sign, message_field=answers.get("message", "error_msg"),
-            answers=rules, penalty=Penalty(**penalty),
+            answers=rules, penalty=Penalty(**penalty), limits=limits,
         )
 
     def _table(self, data: dict[str, Any], table: str, index: int = 0) -> dict[str, Any]:
         """The fields of ``table`` that have the right type and value (the others are reported)."""
-        values = data if not table or "." in table else data.get(table, {})
+        values = data if not table or table in _ARRAY_TABLES else data.get(table, {})
         if not isinstance(values, dict):
             return {}
         schema, kept = _TABLES[table], {}
@@ -222,7 +233,17 @@ class _Compiler:
         if values.get("fields_in") == "body" and values.get("params_in", "query") == "query":
             self._error(self._finder.line("request", "fields_in"), 'fields_in = "body" needs a body: params_in form or json')
         self._check_path(values.get("path"), "request", "path")
-        return RequestShape(**values, headers=tuple((str(name), str(value)) for name, value in headers.items()))
+        endpoints = []
+        for endpoint in values.pop("endpoints", []):
+            method, _, path = endpoint.partition(" ") if isinstance(endpoint, str) else ("", "", "")
+            if method in METHODS and _path_ok(path):
+                endpoints.append(endpoint)
+            else:
+                self._error(self._finder.line("request", "endpoints"),
+                            f'endpoints must each be "METHOD /path" (a method of {", ".join(METHODS)}; a path from / '
+                            f"with no query, space or non-ASCII character), got {endpoint!r}")
+        return RequestShape(**values, headers=tuple((str(name), str(value)) for name, value in headers.items()),
+                            endpoints=tuple(endpoints))
 
     def _nonce(self, values: dict[str, Any]) -> NonceShape:
         style = values.get("style", "counter")
@@ -331,6 +352,44 @@ class _Compiler:
                         "no answers rule accepts a 2xx: every answer would be retried as ambiguous")
         return tuple(rules)
 
+    def _limits(self, raw: list[Any], request: RequestShape) -> tuple[LimitRule, ...]:
+        """The ``[[limit]]`` rules; none given: the reference's rolling window, as every other default. A cost
+        table may name only the endpoints ``request`` allows."""
+        if not raw:
+            return () if self._source == f"built-in {DEFAULT_PROFILE}" else load_profile(DEFAULT_PROFILE).limits
+        limits: list[LimitRule] = []
+        for index, entry in enumerate(raw):
+            line = self._finder.line("limit", "", index)
+            if not isinstance(entry, dict):
+                self._error(line, "each limit must be a table ([[limit]])")
+                continue
+            values = self._table(entry, "limit", index)
+            if "algorithm" not in values:
+                if "algorithm" not in entry:
+                    self._error(line, f"a limit needs an algorithm ({', '.join(ALGORITHMS)})")
+                continue
+            unused = sorted(set(values) - {"name", "algorithm", "scope", "cost"} - set(ALGORITHMS[values["algorithm"]]))
+            if unused:
+                self._error(line, f"{values['algorithm']} takes {', '.join(ALGORITHMS[values['algorithm']])}, not "
+                                  f"{', '.join(unused)}")
+                continue
+            values.setdefault("name", f"limit {index + 1}")
+            if isinstance(values.get("cost"), dict):  # by endpoint: "METHOD /path" = cost
+                values["cost"] = tuple(sorted(values["cost"].items()))
+                allowed = {request.endpoint, *request.endpoints}
+                for endpoint in sorted({endpoint for endpoint, _ in values["cost"]} - allowed):
+                    self._error(self._finder.line("limit", "cost", index),
+                                f"cost names {endpoint}, an endpoint the profile does not allow (allowed: "
+                                f"{', '.join(sorted(allowed))}; more go in [request] endpoints)")
+            try:
+                limits.append(LimitRule(**values))
+            except ValueError as exc:
+                self._error(line, f"limit {values['name']!r}: {exc}")
+        names = [rule.name for rule in limits]
+        if len(set(names)) != len(names):
+            self._error(self._finder.line("limit"), f"two limits share a name: {', '.join(names)}")
+        return tuple(limits)
+
     def _statuses(self, status: int | list[Any], line: int) -> tuple[int, int] | None:
         bounds = [status, status] if isinstance(status, int) else status
         if (len(bounds) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
@@ -340,10 +399,14 @@ class _Compiler:
         return bounds[0], bounds[1]
 
     def _check_path(self, path: str | None, table: str, name: str) -> None:
-        if path is not None and (not path.startswith("/") or not path.isascii() or not path.isprintable()
-                                 or any(c in path for c in "?# ")):
+        if path is not None and not _path_ok(path):
             self._error(self._finder.line(table, name),
                         f"{name} must start with / and hold no query, space or non-ASCII character, got {path!r}")
+
+
+def _path_ok(path: str) -> bool:
+    """Whether ``path`` can be sent as a request's path: from /, with no query, space or non-ASCII character."""
+    return path.startswith("/") and path.isascii() and path.isprintable() and not any(c in path for c in "?# ")
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

@@ -7,6 +7,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
+from ..limits.rules import ALGORITHMS
 from .model import AnswerRule, Profile
 
 __all__ = ["profile_toml"]
@@ -34,6 +35,12 @@ def profile_toml(profile: Profile) -> str:
     for rule in profile.answers:
         lines += ["", "[[answers.rule]]", *_rule(rule)]
     lines += ["", "[penalty]", *_fields(profile.penalty)]
+    for limit in profile.limits:
+        written = ("name", "algorithm", *ALGORITHMS[limit.algorithm], "scope", "cost")
+        lines += ["", "[[limit]]", *(f"{name} = {_value(getattr(limit, name))}" for name in written[:-1])]
+        cost = limit.cost
+        lines.append(f"cost = {_value(cost)}" if isinstance(cost, (int, str)) else
+                     f"cost = {{ {', '.join(f'{_value(endpoint)} = {value}' for endpoint, value in cost)} }}")
     return "\n".join(lines) + "\n"
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 
-__all__ = ["free_port", "stop_process"]
+__all__ = ["free_port", "stop_process", "wait_listening"]
 
 
 def free_port() -> int:
@@ -13,6 +14,20 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_listening(process: subprocess.Popen, port: int, timeout: float, what: str) -> None:
+    """Return once 127.0.0.1:``port`` takes a connection (for programs that print no ready line); RuntimeError
+    naming ``what`` if ``process`` exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start on port {port} (exit code {process.poll()})") from None
+            time.sleep(0.02)
 
 
 def stop_process(process: subprocess.Popen, sig: int, timeout: float) -> None:

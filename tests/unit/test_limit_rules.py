@@ -1,0 +1,249 @@
+"""Each limit algorithm's client-side state, ridden in virtual time and judged by the reference server's own
+model of the algorithm: random latencies never bring a refusal, and the rate reaches the strike-free ceiling."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import original_server as server
+from tests.limit_ride import Ride, Send, adversarial_ride, ride
+from thread_client.limits.rules import Gcra, LimitRule, WindowRing
+
+SERVER_EPOCH = 10.0  # seconds of server clock before the first send: its models start idle at 0 ms
+
+
+def server_model(rule: LimitRule, offset_ms: int):
+    """The reference server's model of ``rule``, as ``--limit-model`` builds it."""
+    if rule.algorithm == "leaky-bucket":
+        return server.Limits("leaky-bucket", 1000, burst=rule.burst).new_model(int(rule.rate_per_s))
+    if rule.algorithm == "decaying-counter":
+        decay = Fraction(rule.decay_per_s).limit_denominator(1000)
+        return server.Limits("decaying-counter", decay_per_s=decay).new_model(rule.max)
+    return server.Limits(rule.algorithm, rule.period_ms, offset_ms=offset_ms).new_model(rule.limit)
+
+
+def refusals(result: Ride, rules: list[tuple[LimitRule, dict[int, str]]], epoch: float, offset_ms: int) -> int:
+    """Replay the stamps in the order the server saw them; ``rules``: each rule with the group each key
+    spends from (one model per group). A concurrency rule is judged directly: the sends of the group the
+    server holds (seen before, not yet done) at each stamp."""
+    models = {}
+    refused = 0
+    seen: list[tuple[int, float]] = []  # (key, done) of each send the server saw so far
+    for stamp, _, key, done in sorted(result.stamps):
+        stamp_ms = int((stamp + epoch) * 1000)
+        for index, (rule, groups) in enumerate(rules):
+            if rule.algorithm == "concurrency":
+                held = sum(rule.cost for other_key, other_done in seen
+                           if groups[other_key] == groups[key] and other_done > stamp)
+                refused += held + rule.cost > rule.max
+                continue
+            model = models.setdefault((index, groups[key]), server_model(rule, offset_ms))
+            refused += not model.admit(stamp_ms, rule.cost)
+        seen.append((key, done))
+    return refused
+
+
+# Delays lean to the extremes, where the worst cases live: a stamp right at the send after one right at
+# its answer, a slow send followed by a fast one.
+delay = st.one_of(st.sampled_from([0.0, 0.05, 0.056]), st.floats(0, 0.056))
+
+rules = st.one_of(
+    st.builds(LimitRule, st.just("rolling"), st.just("rolling-window"), limit=st.integers(1, 20),
+              period_ms=st.integers(50, 1000)),
+    st.builds(LimitRule, st.just("fixed"), st.just("fixed-window"), limit=st.integers(1, 20),
+              period_ms=st.integers(50, 1000)),
+    st.builds(LimitRule, st.just("bucket"), st.just("leaky-bucket"), rate_per_s=st.integers(1, 50).map(float),
+              burst=st.integers(0, 5)),
+    st.builds(LimitRule, st.just("sliding"), st.just("sliding-counter"), limit=st.integers(1, 20),
+              period_ms=st.integers(50, 1000)),
+    st.builds(LimitRule, st.just("decaying"), st.just("decaying-counter"), max=st.integers(1, 20),
+              decay_per_s=st.sampled_from([0.33, 0.5, 1.0, 2.0, 20.0])),
+    st.builds(LimitRule, st.just("in flight"), st.just("concurrency"), max=st.integers(1, 4)),
+)
+
+
+@st.composite
+def costed(draw, rule_strategy=rules) -> LimitRule:
+    """A rule whose sends cost from 1 to the most one send may spend of it."""
+    rule = draw(rule_strategy)
+    cost = draw(st.integers(1, min(3, rule.largest_send)))
+    return LimitRule(**{name: getattr(rule, name) for name in LimitRule.__slots__} | {"cost": cost})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rule=costed(),
+    threads=st.integers(1, 4),
+    epoch_fraction=st.floats(0, 0.999),
+    offset_ms=st.integers(0, 999),
+    delays=st.lists(st.tuples(delay, delay, delay), min_size=1, max_size=150),
+)
+def test_no_latency_schedule_brings_a_refusal(rule, threads, epoch_fraction, offset_ms, delays):
+    sends = [Send(0, incoming, work, outgoing) for incoming, work, outgoing in delays]
+    result = ride([[(rule.new_state(), rule.cost)]], sends, threads)
+    assert refusals(result, [(rule, {0: "key"})], SERVER_EPOCH + epoch_fraction, offset_ms) == 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    key_rule=costed(),
+    account_rule=costed(),
+    host_rule=costed(),
+    threads=st.integers(1, 3),
+    epoch_fraction=st.floats(0, 0.999),
+    delays=st.lists(st.tuples(st.integers(0, 3), delay, delay, delay), min_size=1, max_size=150),
+)
+def test_several_rules_and_shared_scopes_together_bring_no_refusal(
+    key_rule, account_rule, host_rule, threads, epoch_fraction, delays
+):
+    """Four keys: each its own state of ``key_rule``, keys 0-1 and 2-3 one account state each, all four one
+    host state. A send must fit all three."""
+    accounts = {0: "a", 1: "a", 2: "b", 3: "b"}
+    account_states = {name: account_rule.new_state() for name in set(accounts.values())}
+    host_state = host_rule.new_state()
+    keys = [[(key_rule.new_state(), key_rule.cost), (account_states[accounts[key]], account_rule.cost),
+             (host_state, host_rule.cost)] for key in range(4)]
+    sends = [Send(key, incoming, work, outgoing) for key, incoming, work, outgoing in delays]
+    result = ride(keys, sends, threads)
+    judged = [(key_rule, {key: str(key) for key in range(4)}), (account_rule, accounts),
+              (host_rule, dict.fromkeys(range(4), "host"))]
+    assert refusals(result, judged, SERVER_EPOCH + epoch_fraction, offset_ms=0) == 0
+
+
+def enough_threads(rule: LimitRule, round_trip: float) -> int:
+    """Threads enough to keep the rule's ceiling in flight through a round trip."""
+    return max(1, math.ceil(rule.ceiling(round_trip) * (round_trip + 0.002)) + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rule=costed(rules.filter(lambda rule: rule.algorithm != "concurrency")),
+    round_trip=st.floats(0.001, 0.15),
+    stamp_share=st.floats(0, 1),
+)
+def test_the_rate_reaches_the_strike_free_ceiling(rule, round_trip, stamp_share):
+    """With a steady round trip (split anyhow between the way in and the way out) and threads enough, the
+    sends come within 3 % of ``LimitRule.ceiling``, the formula the docs derive, once past the first burst
+    (many rings' worth of sends, so that a ring's last partial round weighs little)."""
+    ceiling = rule.ceiling(round_trip)
+    sends = [Send(0, round_trip * stamp_share, 0.0, round_trip * (1 - stamp_share))] * (
+        200 + 60 * max(rule.limit, rule.max, rule.burst + 1))
+    result = ride([[(rule.new_state(), rule.cost)]], sends, enough_threads(rule, round_trip))
+    assert result.steady_rate == pytest.approx(ceiling, rel=0.03)
+
+
+@pytest.mark.parametrize("algorithm, figures", [
+    ("rolling-window", {"limit": 20, "period_ms": 1000}),
+    ("leaky-bucket", {"rate_per_s": 20.0, "burst": 0}),
+])
+def test_the_ceiling_holds_for_random_round_trips_where_it_is_exact(algorithm, figures):
+    """A ring's slot and a burstless bucket's one send each cycle through a round trip and a period: the rate
+    is the ceiling at the mean round trip, whatever the spread."""
+    import random
+
+    draw = random.Random(7)
+    rule = LimitRule("rule", algorithm, **figures)
+    sends = [Send(0, draw.uniform(0, 0.05), 0.0, draw.uniform(0, 0.05)) for _ in range(2000)]
+    mean = sum(send.incoming + send.outgoing for send in sends) / len(sends)
+    result = ride([[(rule.new_state(), rule.cost)]], sends, threads=8)
+    assert result.steady_rate == pytest.approx(rule.ceiling(mean), rel=0.03)
+
+
+@pytest.mark.parametrize("figures, message", [
+    ({"algorithm": "token-bucket"}, "algorithm must be one of"),
+    ({"algorithm": "rolling-window", "limit": 0, "period_ms": 1000}, "a limit of at least 1 and a positive period_ms"),
+    ({"algorithm": "leaky-bucket", "rate_per_s": 0.0}, "positive rate_per_s"),
+    ({"algorithm": "decaying-counter", "max": 15}, "positive decay_per_s"),
+    ({"algorithm": "concurrency", "max": 2, "cost": 3}, "cost must be between 1 and 2"),
+    ({"algorithm": "leaky-bucket", "rate_per_s": 5.0, "burst": 1, "cost": 3}, "cost must be between 1 and 2"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "scope": "planet"}, "scope must be one of"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": float("inf")}, "period_ms must be a finite number"),
+    ({"algorithm": "leaky-bucket", "rate_per_s": float("inf")}, "rate_per_s must be a finite number"),
+    ({"algorithm": "decaying-counter", "max": 5, "decay_per_s": float("nan")}, "decay_per_s must be a finite"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "cost": 1.5}, "cost must be a whole number"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "cost": True}, "cost must be a whole number"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "cost": (("GET /x", "2"),)}, "cost must be"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "cost": (("get /x", 2),)}, "METHOD /path"),
+    ({"algorithm": "concurrency", "max": True}, "max must be a whole number"),
+])
+def test_figures_an_algorithm_cannot_use_are_refused(figures, message):
+    with pytest.raises(ValueError, match=message):
+        LimitRule("rule", **figures)
+
+
+@st.composite
+def judged_rules(draw) -> tuple[LimitRule, object]:
+    """A rule with figures the reference server's model can take exactly, and a maker of that model."""
+    algorithm = draw(st.sampled_from(["rolling-window", "fixed-window", "leaky-bucket", "sliding-counter",
+                                      "decaying-counter", "concurrency"]))
+    if algorithm == "leaky-bucket":  # the server's bucket: `rate` per `window_ms`, kept exact
+        rate, window_ms, burst = draw(st.integers(1, 20)), draw(st.sampled_from([700, 1000, 2000, 3000])), draw(
+            st.integers(0, 5))
+        rule = LimitRule("bucket", algorithm, rate_per_s=rate * 1000 / window_ms, burst=burst)
+        return rule, lambda offset_ms: server.Limits(algorithm, window_ms, burst=burst).new_model(rate)
+    if algorithm == "decaying-counter":
+        rule = LimitRule("decaying", algorithm, max=draw(st.integers(1, 12)),
+                         decay_per_s=draw(st.sampled_from([0.5, 1.0, 2.0, 7.0, 20.0])))
+    elif algorithm == "concurrency":
+        rule = LimitRule("in flight", algorithm, max=draw(st.integers(1, 4)))
+    else:
+        rule = LimitRule("window", algorithm, limit=draw(st.integers(1, 12)), period_ms=draw(st.integers(20, 400)))
+    return rule, lambda offset_ms: server_model(rule, offset_ms)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rule_and_model=judged_rules(), draw=st.randoms(use_true_random=False), threads=st.integers(1, 6),
+       hold=st.sampled_from([0.0, 0.05, 0.3]), sends=st.integers(5, 120))
+def test_no_placement_of_stamps_within_what_the_client_knows_brings_a_refusal(rule_and_model, draw, threads, hold,
+                                                                               sends):
+    """The worst the worker does (mixed costs, cancels, unanswered holds settled out of order, late signs), each
+    stamp anywhere in [send, bound], judged at several server epochs and window alignments."""
+    rule, new_model = rule_and_model
+    stamps = sorted(adversarial_ride(rule.new_state(), rule.largest_send, draw, sends, threads, hold))
+    if rule.algorithm == "concurrency":  # the server holds each send from its stamp until it is done, at its bound
+        held = [sum(other_cost for other_stamp, _, other_cost, done in stamps[:index] if done > stamp) + cost
+                for index, (stamp, _, cost, _) in enumerate(stamps)]
+        assert max(held, default=0) <= rule.max
+        return
+    for _ in range(4):
+        epoch, offset_ms = SERVER_EPOCH + draw.random(), draw.randint(0, 999)
+        model = new_model(offset_ms)
+        refused = [stamp for stamp, _, cost, _ in stamps if not model.admit(int((stamp + epoch) * 1000), cost)]
+        assert refused == [], f"{rule} refused at {refused[:3]} (epoch {epoch}, offset {offset_ms} ms)"
+
+
+def test_a_ring_s_least_delay_counts_the_sends_in_flight_as_answered_now():
+    """One slot left unanswered (free only after its hold), one in flight: answered now, the one in flight
+    frees a window from now, well before the held one; the lower bound must say so, or a waiting request
+    would give up at once."""
+    ring = WindowRing(2, 1.0)
+    held, in_flight = ring.take(0.0, 1), ring.take(0.0, 1)
+    ring.settle(held, 10.0)  # unanswered: it may be stamped as late as 10 s
+    assert ring.ready_at(0.1, 1) == pytest.approx(11.0, abs=1e-5)
+    assert ring.least_ready_at(0.1, 1) == pytest.approx(1.1, abs=1e-5)
+    assert ring.least_ready_at(0.1, 2) == pytest.approx(11.0, abs=1e-5)
+
+
+def test_a_concurrency_slot_left_unanswered_stays_held_until_its_bound():
+    """The server may still hold a send that timed out: its slot frees at the bound it was settled with."""
+    state = LimitRule("in flight", "concurrency", max=1).new_state()
+    state.settle(state.take(0.0, 1), 3.0)
+    assert state.ready_at(1.0, 1) == 3.0
+
+
+def test_widening_a_bucket_never_lets_a_send_go_sooner():
+    bucket = Gcra(0.05, 3)
+    for at in (0.0, 0.01, 0.02):
+        bucket.settle(bucket.take(at, 1), at + 0.03)
+    before = bucket.ready_at(0.1, 1)
+    bucket.widen()
+    assert bucket.ready_at(0.1, 1) >= before
+
+
+def test_a_sliding_counter_is_remembered_for_two_of_its_windows():
+    """The counter weighs the previous window: a start-up or a taken-over key waits two periods out."""
+    assert LimitRule("sliding", "sliding-counter", limit=100, period_ms=10_000).memory >= 20.0
