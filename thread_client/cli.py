@@ -134,8 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--queue-size", type=bounded(int, 1, 1_000_000), default=defaults.QUEUE_SIZE,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
     add("--threads-per-key", type=bounded(int, 1, 64),
-        help=f"worker threads per key, i.e. requests in flight per key (default {defaults.THREADS_PER_KEY}; 1 with "
-        "exactly-once)")
+        help=f"worker threads per key, i.e. requests in flight per key at most: one waits for the key's next send, "
+        f"the others are in an exchange or parked (default {defaults.THREADS_PER_KEY}, fewer where the profile blocks "
+        "keys after a few 429s; 1 with exactly-once)")
     add("--delivery", choices=DELIVERIES, default="at-least-once",
         help="at-least-once: a request whose answer was lost is sent again with a fresh nonce (it may be "
         "accepted twice; such attempts are counted as ambiguous). exactly-once: one request in flight per key, "
@@ -202,9 +203,12 @@ def build_config(argv: list[str] | None = None) -> Config:
             _check_folder("--state-dir", args.state_dir)
         keys = load_keys(args.keys_file)
         delivery = Delivery.named(args.delivery)
-        threads_per_key = args.threads_per_key or delivery.threads_per_key
         profile = load_profile(args.profile)
         server_max_429 = args.server_max_429 or profile.penalty.strikes_to_block
+        # Each thread may hold a request in flight when the key is parked: by default no more than leave the
+        # strike budget its usual three (two threads at least: a key busy through a round trip).
+        threads_per_key = args.threads_per_key or (1 if delivery.one_in_flight else min(
+            delivery.threads_per_key, max(2, server_max_429 - defaults.MAX_STRIKES)))
         if server_max_429 - threads_per_key < 1:
             raise ConfigError(f"a key is blocked at {server_max_429} rate-limit rejections (profile {profile.name}'s "
                               f"strikes_to_block, or --server-max-429): with {threads_per_key} requests in flight per "

@@ -24,6 +24,7 @@ from .io.resume import EarlierSend
 from .io.transport import endpoint_of
 from .limits.host_ban import HostBan
 from .limits.keys import ApiKey
+from .limits.rate_limit_scope import RateLimitScope
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
 from .request import FinalOutcome, Request
 from .resumability import NOT_RESUMABLE, Resumability
@@ -116,13 +117,18 @@ class Daemon:
         earlier = self._take_up(earlier_sends or {})
         # The host's ban (an exchange's 418): every key waits it out, a repeat lasts longer.
         self.ban = HostBan(keys.hold_all, clock=clock)
+        # Whose limit a 429 refused (the key's, its account's, the host's: those keys are held) and whether it strikes.
+        penalty = config.profile.penalty
+        rate_limited = RateLimitScope(penalty.rate_limited_holds, penalty.rate_limited_strikes, config.limit_memory,
+                                      keys.hold_keys)
         answers = AnswerTable(config.profile)
         self.workers = [
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
-                on_stop=self._on_stop, on_ban=self.ban.banned, journal=journal, late_answers=self.late_answers,
-                answers=answers, earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
+                on_stop=self._on_stop, on_ban=self.ban.banned, rate_limited=rate_limited, journal=journal,
+                late_answers=self.late_answers, answers=answers,
+                earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
                 nonce_refused_again=config.profile.nonce.ordered,
             )
             for key in keys

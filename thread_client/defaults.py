@@ -18,8 +18,11 @@ WINDOW = 1.001
 #: A send may follow the previous one on its key this long after it, even unanswered: about the
 #: reference server's largest incoming latency (50 ms) and a margin. Widened on an invalid nonce.
 ORDER_LATENCY = 0.055
-#: Worker threads (requests in flight) per key under at-least-once: two keep a key busy through a round trip.
-THREADS_PER_KEY = 2
+#: Worker threads (requests in flight at most) per key under at-least-once. One at a time waits for the key's
+#: next send, the others are in an exchange or parked (costing nothing), so a key far from the exchange keeps as
+#: many sends in flight as its round trips need and one near it no more than two or three: six keep a key at
+#: its ceiling up to round trips of 300 ms.
+THREADS_PER_KEY = 6
 #: How long a request taken by a worker may wait for a slot before it goes back to the queue (the exercise's TTL).
 TTL = 1.0
 #: HTTP timeout of each attempt (the exercise's).

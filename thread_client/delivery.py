@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import defaults
 from .errors import ConfigError
 
 __all__ = ["AT_LEAST_ONCE", "DELIVERIES", "Delivery", "EXACTLY_ONCE"]
@@ -34,8 +35,8 @@ class Delivery:
 
     @property
     def threads_per_key(self) -> int:
-        """The default number of worker threads (requests in flight) per key."""
-        return 1 if self.one_in_flight else 2
+        """The default number of worker threads (requests in flight at most) per key."""
+        return 1 if self.one_in_flight else defaults.THREADS_PER_KEY
 
     @classmethod
     def named(cls, name: str) -> "Delivery":

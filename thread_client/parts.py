@@ -128,6 +128,10 @@ class KeyPool(Protocol):
         """Allow no send on any key for ``seconds`` (the start-up window)."""
         ...
 
+    def hold_keys(self, shares: Callable[["ApiKey"], bool], seconds: float) -> None:
+        """Allow no send for ``seconds`` on each key ``shares`` picks (the keys one 429 stands for)."""
+        ...
+
     def close(self) -> None:
         """Close every limiter: each waiting worker wakes with LimiterClosed."""
         ...

@@ -68,7 +68,7 @@ def test_the_full_endpoint_url_works_like_the_base(start_server, tmp_path):
     result, summary = run_client(server, tmp_path, "--url", f"{server.url}/api/request", "--duration", "2")
     assert result.returncode == 0
     assert f"against {server.url}/api/request" in result.stdout
-    assert "5 keys (the reference server's public test keys) x 2 threads" in result.stdout
+    assert "5 keys (the reference server's public test keys) x 6 threads" in result.stdout
     assert_clean_run(summary, server.stats())
 
 
@@ -77,7 +77,8 @@ def test_connections_the_server_closes_while_idle_cost_no_retry(start_server, tm
     # says so (Keep-Alive: timeout=0.3), so the client replaces each one before sending on it: a server's close
     # can never cross a send (that race, with a server that says nothing, is forced in test_transport.py).
     server = start_server("--max-latency-ms", "2", "--idle-timeout", "0.3", "--announce-idle-timeout")
-    result, summary = run_client(server, tmp_path, "--rate", "2", "--load", "saturate", "--duration", "4")
+    result, summary = run_client(server, tmp_path, "--rate", "2", "--threads-per-key", "2", "--load", "saturate",
+                                 "--duration", "4")
     assert result.returncode == 0, result.stdout
     assert summary["stale_connections"] >= 5
     assert summary["retries"] == 0 and summary["ambiguous_attempts"] == 0

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import KEYS, ROOT, run_client
+from thread_client import defaults
 from thread_client.profile import AnswerRule, load_profile, profile_toml
 
 SIGNED_MODES = ("--key-header", "X-Api-Key", "--timestamp-ms", "--json-body", "--sign", "headers")
@@ -70,7 +71,7 @@ def test_a_server_clock_30_s_behind_is_learnt_from_the_answers_after_at_most_the
                                  "--keys-file", str(keys), "--source", str(source), "--duration", "60")
     assert result.returncode == 0, result.stdout + result.stderr
     totals = server.stats()["totals"]
-    workers = 3 * 2  # keys x threads: the sends that leave before any answer has come back
+    workers = 3 * defaults.THREADS_PER_KEY  # keys x threads: the sends that leave before any answer has come back
     assert 1 <= totals["bad_timestamp"] <= workers
     assert sorted(server.accepted()) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(200))
     assert summary["invalid_nonce"] == totals["bad_timestamp"] and summary["graveyard"] == 0
@@ -99,6 +100,31 @@ def test_a_host_ban_is_waited_out_by_every_key_and_never_sent_into(start_server,
     # key sends until the ban's end.
     assert totals["banned_answers"] <= workers * totals["bans"]
     assert sorted(server.accepted()) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(40))
+
+
+def test_a_host_wide_limit_the_profile_says_a_429_is_the_host_s_is_ridden_with_every_key_held_and_none_parked(
+        start_server, tmp_path):
+    # The server counts 20 per second for both keys together; the profile knows only 20 per key (40 together), so
+    # 429s come. Each holds both keys (the host's limit), strikes nothing and parks no key: every request ends
+    # accepted. Counted as strikes, the keys would be parked after --max-strikes 1.
+    server = start_server("--max-latency-ms", "2", "--limit-scope", "host", "--max-429", "100000")
+    source = requests_file(tmp_path, 60)
+    reference = load_profile()
+    host = tmp_path / "host-429.toml"
+    host.write_text(profile_toml(dataclasses.replace(reference, penalty=dataclasses.replace(
+        reference.penalty, rate_limited_holds="host", rate_limited_strikes=False))))
+    log = tmp_path / "client.log"
+    result, summary = run_client(server, tmp_path, "--profile", str(host), "--keys-file", str(_plain_keys(tmp_path)),
+                                 "--source", str(source), "--max-strikes", "1", "--log-file", str(log),
+                                 "--duration", "30")
+    assert result.returncode == 0, result.stdout + result.stderr
+    totals = server.stats()["totals"]
+    assert totals["rate_limited"] >= 1 and summary["rate_limited"] == totals["rate_limited"]  # the 429s came, and were read
+    assert summary["retired_keys"] == {} and summary["graveyard"] == 0
+    assert sorted(server.accepted()) == sorted(accepted_records(tmp_path)) == sorted(f"order-{n}" for n in range(60))
+    said = [line for line in log.read_text().splitlines() if "429 rate limited" in line]
+    assert len(said) == totals["rate_limited"]
+    assert all("WARNING" in line and "not a strike" in line and "every key held" in line for line in said), said
 
 
 def _plain_keys(tmp_path: Path) -> Path:

@@ -37,7 +37,7 @@ class DeadlyTransport(HttpTransport):
 
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
     config = Config(url=server.url, duration=duration, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
-                    metrics_interval=1)
+                    metrics_interval=1, threads_per_key=2)
     keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, limits=RuleScopes(config.limit_rules),
                             order_latency=config.order_latency, unanswered_hold=config.http_timeout)
     victim = next(iter(keys))

@@ -68,6 +68,8 @@ BROKEN = [
     ("[[answers.rule]]\nstatus = 400\n", 1, "needs a status and an outcome"),
     ("[penalty]\nstrikes_to_block = 0\n", 2, "strikes_to_block must be at least 1"),
     ("[penalty]\ninvalid_nonce = \"cheap\"\n", 2, "invalid_nonce must be one of free, counted"),
+    ("[penalty]\nrate_limited_holds = \"ip\"\n", 2, "rate_limited_holds must be one of key, account, host, got 'ip'"),
+    ("[penalty]\nrate_limited_strikes = 0\n", 2, "rate_limited_strikes must be a boolean, got 0"),
     ("[request]\nmethod = \"GET\"\nmethod = \"POST\"\n", 3, "not TOML"),
     ("[nonce]\nstyle = \"timestamp-ms\"\n[sign]\nmessage = \"{nonce:d}{body}\"\n", 4, "no format spec or conversion"),
     ("[sign]\nmessage = \"{body!r}\"\n", 2, "no format spec or conversion"),
@@ -113,6 +115,7 @@ def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
 
 @pytest.mark.parametrize("text", [
     '[nonce]\nstyle = "none"\n',
+    '[penalty]\nrate_limited_holds = "host"\nrate_limited_strikes = false\n',
     '[request]\nheaders = { "X.Dot" = "y", "Accept" = "é/x" }\n',
     '[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\nkey_header = "K"\n',
     '[[answers.rule]]\nstatus = [200, 299]\nfield = "ok"\nequals = 1.5\noutcome = "accepted"\n',
@@ -130,6 +133,7 @@ def test_the_reference_profile_is_the_contract_s_request_and_table():
         "GET", "/api/request", "api_key", "req_id")
     assert profile.nonce.style == "counter" and profile.sign is None
     assert (profile.penalty.strikes_to_block, profile.penalty.invalid_nonce) == (10, "free")
+    assert (profile.penalty.rate_limited_holds, profile.penalty.rate_limited_strikes) == ("key", True)  # a strike on one key
 
 
 def rules(text: str) -> AnswerTable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
@@ -232,3 +233,63 @@ def test_a_lease_that_ends_after_the_permit_was_taken_stops_the_send_before_its_
     assert transport.calls == 0 and key.limiter.state().in_flight == 0
     counts = queues.counts()
     assert (counts.dlq, counts.in_flight, counts.accepted) == (1, 0, 0)  # handed back, at no cost
+
+
+class GatedTransport:
+    """Each send waits until the test opens the gate; counts the sends in flight at once."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self._lock = threading.Lock()
+        self.active = self.most_active = self.returned = 0
+
+    def connect(self) -> None:
+        """Nothing to open."""
+
+    def send(
+        self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+    ) -> Answer:
+        with self._lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        self.gate.wait(10)
+        with self._lock:
+            self.active -= 1
+            self.returned += 1
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+def _where(thread: threading.Thread) -> set[str]:
+    """The names of the functions ``thread`` is in now, innermost first."""
+    frame, names = sys._current_frames().get(thread.ident), set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
+
+
+def test_a_key_s_threads_take_turns_one_waits_for_the_next_send_the_others_send_or_park():
+    """Four threads on a key that may send at once all get their sends in flight (each passes the turn on with
+    its permit); once the key is held, one of them waits in its limiter and the other three are parked on the
+    turn, where no change of the limiter wakes them."""
+    queues = QueueManager(Graveyard(None), queue_size=20)
+    key, transport, stopping = new_key(), GatedTransport(), threading.Event()
+    workers = [Worker(key, queues, transport, RetryPolicy(), OutageGate(), stopping, index=n)
+               for n in range(4)]
+    for req_id in range(8):
+        queues.submit(Request(str(req_id), time.monotonic()))
+    started(*workers)
+    wait_for(lambda: transport.active == 4)
+    key.limiter.hold(60)  # nothing more may leave: the next send's waiter waits in the limiter
+    transport.gate.set()
+    wait_for(lambda: transport.returned == 4 and all(
+        {"_take_turn", "wait_ready"} & _where(worker) for worker in workers))
+    places = [_where(worker) for worker in workers]
+    assert sum("wait_ready" in place for place in places) == 1
+    assert sum("_take_turn" in place for place in places) == 3
+    assert transport.most_active == 4
+    stop_all(queues, key, *workers)
+    assert queues.counts().accepted == 4

@@ -98,13 +98,14 @@ class LeasedKeyPool(BaseKeyPool):
             lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=memory + unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), late_answer_cap=late_answer_cap, clock=clock)
             nonces = timestamps or NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
+            account = account_of.get(secret, "")
             limiter = ThreadSafeRateLimiter(
-                name=name, rules=limits.states_of(account_of.get(secret, "")), endpoint=limits.endpoint,
+                name=name, rules=limits.states_of(account), endpoint=limits.endpoint,
                 order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
                 nonces=nonces, clock=clock,
             )
             key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=lease.epoch,
-                         remember_strikes=partial(_count_strike, scripts, names))
+                         remember_strikes=partial(_count_strike, scripts, names), account=account)
             self._leases[key.id] = lease
             keys.append(key)
         super().__init__(keys)

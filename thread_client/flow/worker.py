@@ -18,6 +18,7 @@ from ..exits import OUTPUT_FAILED
 from ..io.late_answers import LateAnswers
 from ..limits.keys import ApiKey
 from ..limits.limiter import Permit
+from ..limits.rate_limit_scope import RateLimitScope
 from ..parts import Answer, Journal, Transport
 from ..policy.answers import AnswerTable, Outcome, Reading, reference_table
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
@@ -65,6 +66,7 @@ class Worker(ManagedThread):
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
         on_stop: Callable[[str, str], None] = lambda reason, message: None,
         on_ban: Callable[[float | None], float] = lambda retry_after: 0.0,
+        rate_limited: RateLimitScope = RateLimitScope(),
         journal: Journal | None = None,
         late_answers: LateAnswers | None = None,
         answers: AnswerTable | None = None,
@@ -85,6 +87,7 @@ class Worker(ManagedThread):
         self._on_stop = on_stop
         self._on_ban = on_ban
         self._ban_pause = 0.0  # the pause the latest ban answer this worker read started (0: one known already)
+        self._rate_limited = rate_limited  # whose keys a 429 holds, and whether it is a strike
         # What an ambiguous attempt leads to is the delivery promise's one decision in the worker.
         self._settles = delivery.settles_ambiguous
         self._after_ambiguous = self._settle_ambiguous if self._settles else self._retry_ambiguous
@@ -113,6 +116,7 @@ class Worker(ManagedThread):
         # (this thread only); None: the usual request, the profile's endpoint at weight 1.
         self._costs: tuple[int, ...] | None = None
         self._transport_bugs = 0  # sends in a row the transport failed on with an error of no known kind
+        self._has_turn = False  # this thread holds the key's turn (``_take_turn``)
 
     def work(self) -> None:
         """The worker loop. If anything escapes it, the request held is handed back first, so the
@@ -121,12 +125,30 @@ class Worker(ManagedThread):
             if self._earlier_send is not None:
                 (request, nonce), self._earlier_send = self._earlier_send, None
                 self._guarded(request, lambda: self._settle_earlier_send(request, nonce))
-            while (request := self._next_request()) is not None:
+            while True:
+                self._take_turn()
+                if (request := self._next_request()) is None:
+                    break
                 self._guarded(request, lambda: self._handle(request))
+                self._pass_turn()  # the request was routed before a permit came
         finally:
+            self._pass_turn()
             if self._holding is not None:
                 self._hand_back(self._holding)
             self._transport.close()
+
+    def _take_turn(self) -> None:
+        """Wait until no other worker of the key is waiting for its next send: one at a time waits, the others
+        are in an exchange or parked here. A key then has as many sends in flight as its limits and round
+        trips allow, up to its threads, and a parked thread costs nothing: no limiter wakes it."""
+        self.key.turn.acquire()
+        self._has_turn = True
+
+    def _pass_turn(self) -> None:
+        """Let the next worker of the key wait for a send: this one has its permit, or no request. Idempotent."""
+        if self._has_turn:
+            self._has_turn = False
+            self.key.turn.release()
 
     def _guarded(self, request: Request, handle: Callable[[], None]) -> None:
         """Run ``handle`` for ``request``; if a bug escapes it before the request was routed, route it
@@ -175,6 +197,7 @@ class Worker(ManagedThread):
         if not self._connect(request):
             return
         permit = self._acquire(request)
+        self._pass_turn()
         if permit is None:
             return
         if not self.key.may_send():  # the lease ran out (or is being handed over) while the permit was awaited
@@ -401,25 +424,35 @@ class Worker(ManagedThread):
             return Reading(Outcome.CONNECTION_RESET, "the first copy over the closed connection may have been accepted"), None
         return reading, retry_after
 
-    def _strike(self, reading: Reading, pause: float) -> None:
-        """An unexplained 429: hold the key back (and longer if the server named a pause); park it
-        for the rest of the run once it has had too many, long before the server would block it."""
+    def _strike(self, reading: Reading, pause: float, named: bool) -> None:
+        """An unexplained 429: hold the key back (and longer if the server ``named`` a pause), and with it
+        every key the profile says shares the refused limit (its account's, the host's); unless the profile
+        says a 429 is no strike, count one, and park the key for the rest of the run once it has had too
+        many, long before the server would block it."""
         limiter = self.key.limiter
         window = limiter.note_rate_limited()  # held first: nothing else leaves while the strike is written down
         limiter.hold(pause)
+        shared = self._rate_limited.hold_sharers(self.key, pause if named else None)
+        held = "" if not shared else (f"; every key held {shared:.1f} s" if self._rate_limited.holds == "host" else
+                                      f"; every key of account {self.key.account} held {shared:.1f} s")
+        if not self._rate_limited.strikes:
+            log.warning("%s: 429 rate limited (%s), not a strike (the profile's rate_limited_strikes is false); key "
+                        "held back, its limits made more careful (first: %.3f s)%s", self.key.name, reading.detail,
+                        window, held)
+            return
         try:
             strikes, lifetime = self.key.strike()
         except (OSError, StoreUnavailable) as exc:  # a strike not remembered would give the next owner a fresh budget
             self._retire_for_output("a rate-limit strike could not be written down", exc)
             return
-        log.error("%s: 429 rate limited although the window rule forbids it (%s): strike %d of %d this run, %d of %d"
-                  " in all runs; key held back, window widened to %.3f s", self.key.name, reading.detail, strikes,
-                  self._policy.max_strikes, lifetime, self._policy.strike_budget, window)
+        log.error("%s: 429 rate limited although the limits forbid it (%s): strike %d of %d this run, %d of %d"
+                  " in all runs; key held back, its limits made more careful (first: %.3f s)%s", self.key.name,
+                  reading.detail, strikes, self._policy.max_strikes, lifetime, self._policy.strike_budget, window, held)
         why = self._policy.parks(strikes, lifetime)
         if why is not None and self.key.retire(why):
             self._on_key_retired(
                 self.key, f"{strikes} rate-limit strikes this run, {lifetime} in all: another client is likely using"
-                " this key, or --rate/--window-ms are above what the server enforces",
+                " this key, or the profile's limits (or --rate/--window-ms) are above what the server enforces",
             )
 
     def _acquire(self, request: Request) -> Permit | None:
@@ -557,7 +590,7 @@ class Worker(ManagedThread):
                 if reading.outcome is Outcome.RATE_LIMITED:
                     action = self._policy.decide(reading.outcome, 0, answer.retry_after)
                     self._strike(Reading(reading.outcome, f"{reading.detail}, a late answer to a send that timed out"),
-                                 action.key_delay)
+                                 action.key_delay, named=answer.retry_after is not None)
         finally:
             self.key.watch_ended(timed_out_at)
             self.key.limiter.release_late(permit, sign_seen=seen_at is not None)
@@ -582,7 +615,7 @@ class Worker(ManagedThread):
         """What an answer says about the key that sent it: hold, pause, resync, retire, or stop the daemon."""
         limiter = self.key.limiter
         if action.key is KeyStep.HOLD:
-            self._strike(reading, action.key_delay)
+            self._strike(reading, action.key_delay, named=retry_after is not None)
         elif action.key is KeyStep.PAUSE:
             limiter.hold(action.key_delay)
             capped = f" (it asked for {retry_after:.0f} s, more than --max-retry-after)" if (

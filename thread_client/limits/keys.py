@@ -40,16 +40,18 @@ def shown_names(secrets: Iterable[str]) -> dict[str, str]:
 
 class ApiKey:
     """Shared by the worker threads of one key. Retiring is final and closes the limiter,
-    which wakes every worker waiting on it. ``id`` identifies the key; ``name`` shows it."""
+    which wakes every worker waiting on it. ``id`` identifies the key; ``name`` shows it;
+    ``account``: the keys file's account of it ("": none, it is its own)."""
 
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
         name: str | None = None, strikes_before: int = 0, remember_strikes: Callable[[int], int] = lambda total: total,
-        epoch: Callable[[], object] = lambda: None,
+        epoch: Callable[[], object] = lambda: None, account: str = "",
     ) -> None:
         self.secret = secret
         self.id = key_id(secret)
         self.name = name if name is not None else mask(secret)
+        self.account = account
         self.limiter = limiter
         # Asked right before each send: a key shared with other daemons may be sent on only under its lease.
         self.may_send = may_send
@@ -57,6 +59,9 @@ class ApiKey:
         # once the lease's deadline has passed): a 400 to a nonce sent again proves its first copy accepted only if
         # nobody else sent on the key in between.
         self.epoch = epoch
+        # Held by the one worker thread of the key that waits for its next send (from before it takes work until
+        # its permit): the key's other threads are in an exchange or parked on it, woken one at a time.
+        self.turn = threading.Lock()
         # Guards _retired_because, the strike counts and _watched; a key is retired at most once.
         self._lock = threading.Lock()
         self._retired_because: str | None = None
@@ -170,8 +175,14 @@ class BaseKeyPool:
         """Begin whatever keeps the keys usable (nothing here)."""
 
     def hold_all(self, seconds: float) -> None:
+        self.hold_keys(lambda key: True, seconds)
+
+    def hold_keys(self, shares: Callable[[ApiKey], bool], seconds: float) -> None:
+        """Allow no send for ``seconds`` on each key ``shares`` picks (the keys a 429 of their account's limit
+        or their host's stands for)."""
         for key in self._keys:
-            key.limiter.hold(seconds)
+            if shares(key):
+                key.limiter.hold(seconds)
 
     def close(self) -> None:
         """Close every limiter: each waiting worker wakes with LimiterClosed."""
@@ -220,13 +231,14 @@ class HostKeyPool(BaseKeyPool):
                 # A timestamp API's "nonces" are the server's clock, shared by every key; a counter's start
                 # above the key's durable mark.
                 nonces = timestamps or NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
+                account = account_of.get(secret, "")
                 limiter = ThreadSafeRateLimiter(
-                    name=name, rules=limits.states_of(account_of.get(secret, "")), endpoint=limits.endpoint,
+                    name=name, rules=limits.states_of(account), endpoint=limits.endpoint,
                     order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
                     nonces=nonces, clock=clock,
                 )
                 keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
-                                   remember_strikes=state.write_strikes))
+                                   remember_strikes=state.write_strikes, account=account))
         except BaseException:
             for state in states:
                 state.unlock()

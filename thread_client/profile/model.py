@@ -116,10 +116,15 @@ class AnswerRule:
 @dataclass(frozen=True, slots=True)
 class Penalty:
     """What the exchange does about refusals: blocks a key for good at ``strikes_to_block`` 429s, and
-    counts invalid nonces against it (``counted``) or only spends their slot (``free``)."""
+    counts invalid nonces against it (``counted``) or only spends their slot (``free``). A 429 is the
+    refusal of a limit of ``rate_limited_holds`` (a limit's scope: the key that read it, every key of
+    its account, or every key sent to the host), which it holds; it counts toward the block unless
+    ``rate_limited_strikes`` is false."""
 
     strikes_to_block: int = defaults.SERVER_MAX_429
     invalid_nonce: str = "free"
+    rate_limited_holds: str = "key"
+    rate_limited_strikes: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,10 @@ _TABLES: dict[str, dict[str, _Field]] = {
         "status": _Field((int, list)), "body_contains": _TEXT, "field": _TEXT,
         "equals": _Field((str, int, float, bool)), "echo_id": _TEXT, "outcome": _Field((str,), ANSWER_OUTCOMES),
     },
-    "penalty": {"strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS)},
+    "penalty": {
+        "strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS),
+        "rate_limited_holds": _Field((str,), SCOPES), "rate_limited_strikes": _Field((bool,)),
+    },
     "limit": {
         "name": _TEXT, "algorithm": _Field((str,), tuple(ALGORITHMS)), "scope": _Field((str,), SCOPES),
         "cost": _Field((int, str, dict)), "limit": _Field((int,)), "period_ms": _NUMBER, "rate_per_s": _NUMBER,
