@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import logging.handlers
 import math
@@ -417,6 +418,9 @@ def _configure_logging(config: Config) -> None:
     root.setLevel(config.log_level)
 
 
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in _SUBCOMMANDS:
@@ -429,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         daemon.start()
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
+        # A full disk is no bad setting: the output failure it is at run time too (the next run may find room).
+        return exit_code_for(OUTPUT_FAILED) if exc.errno in _DISK_FULL else 2
     except StoreUnavailable as exc:  # the work stream's store is away (a restart): try again later, not a bad setting
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exit_code_for(STORE_NOT_REACHED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 from conftest import KEYS, ROOT
+from thread_client import cli
 from thread_client.cli import build_config
 from thread_client.cluster.commands import submit_main
 from thread_client.config import DEFAULT_KEYS_SOURCE, KEYS_ENV, Config, KeyList, load_keys
@@ -316,3 +318,15 @@ def test_rate_flags_replace_the_reference_window_but_never_a_profile_s_own_limit
     assert build_config(["--profile", str(counter)]).limit_rules[0].algorithm == "decaying-counter"
     with pytest.raises(ConfigError, match="states its limits in \\[\\[limit\\]\\] \\(call counter\\)"):
         Config(keys=KEYS[:1], profile=load_profile(str(counter)), rate=20)
+
+
+def test_a_full_disk_at_start_is_an_output_failure_not_a_bad_setting(tmp_path, monkeypatch, capsys):
+    """The key's lock in the state dir cannot be written: exit 1 (an output failed), as a full disk is at run
+    time, never the 2 of a bad command line (a campaign seed found it: a disk filled while the daemon started)."""
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    code = cli.main(["--url", "http://127.0.0.1:9", "--state-dir", str(tmp_path / "state"), "--duration", "1"])
+    assert code == 1
+    assert "No space left on device" in capsys.readouterr().err

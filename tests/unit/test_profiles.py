@@ -18,7 +18,8 @@ EXAMPLES = sorted((ROOT / "examples" / "profiles").glob("*.toml"))
 
 
 def test_the_examples_are_there_and_the_built_ins_are_examples_too():
-    assert {path.stem for path in EXAMPLES} >= {"reference", "signed-post-json", "binance-spot-like", "kraken-like"}
+    assert {path.stem for path in EXAMPLES} >= {"reference", "signed-post-json", "binance-spot-like", "kraken-like",
+                                                "leaky-bucket-gateway", "decaying-counter", "fixed-window-weights"}
     assert set(builtin_names()) == {"reference", "signed-post-json"}
     for name in builtin_names():
         assert load_profile(name) == load_profile(str(ROOT / "examples" / "profiles" / f"{name}.toml"))
@@ -194,3 +195,14 @@ def test_a_profile_without_rules_reads_the_id_echo_where_it_sends_the_id():
     assert table.classify(200, b'{"status": "OK", "req_id": "7"}', "7").outcome is Outcome.BAD_ANSWER
     no_id = AnswerTable(read_profile('[request]\nid_param = ""\n', "p.toml"))
     assert no_id.classify(200, b'{"status": "OK"}', "7").outcome is Outcome.ACCEPTED
+
+
+def test_the_weights_example_costs_each_endpoint_of_each_limit_as_its_docs_say():
+    """The request weight is the host's, every endpoint weighing its own; the order count is the account's and
+    only orders spend it."""
+    profile = load_profile(str(ROOT / "examples" / "profiles" / "fixed-window-weights.toml"))
+    weight, orders = profile.limits
+    assert (weight.scope, orders.scope) == ("host", "account")
+    costs = {endpoint: (weight.cost_of(endpoint, 1), orders.cost_of(endpoint, 1))
+             for endpoint in ("GET /api/request", "POST /api/order", "GET /api/depth")}
+    assert costs == {"GET /api/request": (1, 0), "POST /api/order": (1, 1), "GET /api/depth": (5, 0)}
