@@ -102,3 +102,17 @@ def test_counted_refusals_above_the_limit_lengthen_the_gap_whatever_the_estimate
             if n % 10 == 0:  # one send in ten refused
                 told.refused()
     assert told.gap > 1.5 * blind.gap
+
+
+@pytest.mark.parametrize("max_latency_ms", [50, 100, 150])
+def test_counted_before_any_refusal_the_gap_keeps_the_swaps_the_latencies_imply_under_half_a_percent(max_latency_ms):
+    """Judged by the law of the latencies themselves, not by the model that teaches the other tests: two sends
+    g apart swap when the later one's incoming latency is shorter by more than g, which for incoming latencies
+    uniform on [0, L] happens (L - g)^2 / (2 L^2) of the time: under 0.5 % only from g = 0.9 L. A rule that
+    bets on the estimate of swaps alone (no refusal came back yet) must keep at least that gap, and needs no
+    more than the widest spread (past L nothing swaps)."""
+    rule = OrderRule(0.055, cost=InvalidNonceCost.COUNTED)
+    draw = round_trip_sampler(max_latency_ms, "uniform", random.Random(5))
+    for _ in range(512):
+        rule.answered(draw() / 1000)
+    assert 0.9 * 0.97 * max_latency_ms / 1000 <= rule.gap <= 1.1 * max_latency_ms / 1000, rule
