@@ -311,7 +311,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     ring_rate, ring_window = config.order_ring
     order_rule = None if delivery.one_in_flight or not profile.nonce.ordered else OrderRule(
         config.order_latency, rate=ring_rate, window=ring_window, cost=config.invalid_nonce)
-    limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint)
+    limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
     admit = Endpoints(profile.request, config.limit_rules).admit
     server_clock, timestamps = _server_clock(config, context)

@@ -11,7 +11,11 @@ from hypothesis import given, settings, strategies as st
 
 import original_server as server
 from tests.limit_ride import Ride, Send, adversarial_ride, ride
+from conftest import FakeClock
+from thread_client.errors import LimiterTimeout
+from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.rules import Gcra, LimitRule, WindowRing
+from thread_client.limits.scopes import RuleScopes
 
 SERVER_EPOCH = 10.0  # seconds of server clock before the first send: its models start idle at 0 ms
 
@@ -160,7 +164,7 @@ def test_the_ceiling_holds_for_random_round_trips_where_it_is_exact(algorithm, f
     ({"algorithm": "decaying-counter", "max": 15}, "positive decay_per_s"),
     ({"algorithm": "concurrency", "max": 2, "cost": 3}, "cost must be between 1 and 2"),
     ({"algorithm": "leaky-bucket", "rate_per_s": 5.0, "burst": 1, "cost": 3}, "cost must be between 1 and 2"),
-    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "scope": "planet"}, "scope must be one of"),
+    ({"algorithm": "rolling-window", "limit": 5, "period_ms": 10, "scope": "planet"}, "scope must be one of key, endpoint"),
     ({"algorithm": "rolling-window", "limit": 5, "period_ms": float("inf")}, "period_ms must be a finite number"),
     ({"algorithm": "leaky-bucket", "rate_per_s": float("inf")}, "rate_per_s must be a finite number"),
     ({"algorithm": "decaying-counter", "max": 5, "decay_per_s": float("nan")}, "decay_per_s must be a finite"),
@@ -247,3 +251,22 @@ def test_widening_a_bucket_never_lets_a_send_go_sooner():
 def test_a_sliding_counter_is_remembered_for_two_of_its_windows():
     """The counter weighs the previous window: a start-up or a taken-over key waits two periods out."""
     assert LimitRule("sliding", "sliding-counter", limit=100, period_ms=10_000).memory >= 20.0
+
+
+def test_an_endpoint_scoped_rule_gives_each_endpoint_of_a_key_its_own_state():
+    """Two sends a second per endpoint: a key sends two orders and two tickers at once, and a third of either
+    waits for its own endpoint's slot, whatever the other's."""
+    rule = LimitRule("per endpoint", "rolling-window", limit=2, period_ms=1000, scope="endpoint")
+    scopes = RuleScopes((rule,), endpoint="GET /api/ticker", endpoints=("POST /api/order",))
+    clock = FakeClock(start=100.0)
+    limiter = ThreadSafeRateLimiter(name="key", rules=scopes.states_of(), order_latency=0.0,
+                                    endpoint="GET /api/ticker", clock=clock)
+    order, ticker = limiter.costs_of("POST /api/order", 1), limiter.costs_of("", 1)
+    for _ in range(2):
+        limiter.acquire(timeout=0, costs=order)
+        limiter.acquire(timeout=0)
+    for costs in (order, ticker):
+        with pytest.raises(LimiterTimeout):
+            limiter.acquire(timeout=0, costs=costs)
+    assert [part.name for _, part in scopes.states_of()] == ["per endpoint (GET /api/ticker)",
+                                                            "per endpoint (POST /api/order)"]

@@ -7,7 +7,11 @@ from typing import Callable
 
 from .keys import ApiKey
 
-__all__ = ["RateLimitScope"]
+__all__ = ["HOLDS", "RateLimitScope"]
+
+
+#: What a rate-limit rejection may hold: the key that read it, every key of its account, every key of the host.
+HOLDS = ("key", "account", "host")
 
 
 @dataclass(frozen=True)

@@ -47,14 +47,16 @@ class SharedRule:
 class RuleScopes:
     """A profile's rules turned into the states each key spends from: a ``key`` rule gets a state per key, an
     ``account`` rule one per account (a key the keys file names no account for is its own account), a
-    ``host`` rule one for every key of this daemon. ``states_of`` is called once per key, before it sends.
-    ``endpoint``: the profile's own (``METHOD /path``), which each key's limiter costs a usual send by."""
+    ``host`` rule one for every key of this daemon, an ``endpoint`` rule one per endpoint of each key.
+    ``states_of`` is called once per key, before it sends. ``endpoint``: the profile's own (``METHOD /path``),
+    which each key's limiter costs a usual send by; ``endpoints``: the others an input line may name."""
 
-    def __init__(self, rules: Sequence[LimitRule], endpoint: str = "") -> None:
+    def __init__(self, rules: Sequence[LimitRule], endpoint: str = "", endpoints: Sequence[str] = ()) -> None:
         if not rules:
             raise ValueError("at least one limit rule is needed")
         self.rules = tuple(rules)
         self.endpoint = endpoint
+        self._endpoints = tuple(dict.fromkeys((endpoint, *endpoints)))
         self._shared: dict[tuple[int, str], SharedRule] = {}
 
     def __repr__(self) -> str:
@@ -65,6 +67,9 @@ class RuleScopes:
         own: list[tuple[RuleState | SharedRule, LimitRule]] = []
         shared: list[tuple[RuleState | SharedRule, LimitRule]] = []
         for index, rule in enumerate(self.rules):
+            if rule.scope == "endpoint":
+                own += [(part.new_state(), part) for part in map(rule.at, self._endpoints)]
+                continue
             group = {"key": "", "account": f"account {account}" if account else "", "host": "host"}[rule.scope]
             if not group:
                 own.append((rule.new_state(), rule))

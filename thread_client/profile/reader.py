@@ -18,6 +18,7 @@ from .model import (
     Penalty, Profile, RequestShape, Signing,
 )
 from .signing import HookError, load_hook
+from ..limits.rate_limit_scope import HOLDS
 from ..limits.rules import ALGORITHMS, SCOPES, LimitRule
 
 __all__ = ["DEFAULT_PROFILE", "ProfileError", "builtin_names", "load_profile", "read_profile"]
@@ -69,7 +70,7 @@ _TABLES: dict[str, dict[str, _Field]] = {
     },
     "penalty": {
         "strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS),
-        "rate_limited_holds": _Field((str,), SCOPES), "rate_limited_strikes": _Field((bool,)),
+        "rate_limited_holds": _Field((str,), HOLDS), "rate_limited_strikes": _Field((bool,)),
     },
     "limit": {
         "name": _TEXT, "algorithm": _Field((str,), tuple(ALGORITHMS)), "scope": _Field((str,), SCOPES),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .base import MS_GUARD, RuleState
 from .gcra import Gcra
@@ -22,8 +22,9 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "concurrency": ("max",),
 }
 _ENDPOINT = re.compile(r"[A-Z]+ /\S*")
-#: Who shares one state of a rule: each key, the keys of one account, every key this daemon sends to the host.
-SCOPES = ("key", "account", "host")
+#: Who shares one state of a rule: each key, each endpoint of each key, the keys of one account, every key this
+#: daemon sends to the host.
+SCOPES = ("key", "endpoint", "account", "host")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,8 @@ class LimitRule:
     # What one send spends: a constant; "weight", the request's own weight; or a table ("METHOD /path", cost) of
     # the endpoints the rule applies to (any other costs 0: the rule does not apply to it).
     cost: int | str | tuple[tuple[str, int], ...] = 1
+    # The one endpoint this rule's state counts ("": every one): an endpoint-scoped rule has a state per endpoint.
+    only: str = ""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -86,6 +89,8 @@ class LimitRule:
     def cost_of(self, endpoint: str, weight: int) -> int:
         """What one send to ``endpoint`` (``METHOD /path``) of ``weight`` spends of this rule (0: none). Raises
         ValueError if that is more than one send can ever spend of it (it would wait for ever)."""
+        if self.only and endpoint != self.only:
+            return 0
         if isinstance(self.cost, int):
             return self.cost
         cost = weight if self.cost == "weight" else dict(self.cost).get(endpoint, 0)
@@ -112,6 +117,10 @@ class LimitRule:
         if self.algorithm == "sliding-counter":
             return self._sliding_bucket()[1] + 1
         return self.limit or self.max
+
+    def at(self, endpoint: str) -> "LimitRule":
+        """This rule counted for ``endpoint`` alone: an endpoint-scoped rule's part for one endpoint of a key."""
+        return replace(self, name=f"{self.name} ({endpoint})", scope="key", only=endpoint)
 
     def new_state(self) -> RuleState:
         """A fresh client-side state of this rule (one per scope that shares it)."""
