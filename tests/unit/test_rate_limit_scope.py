@@ -92,6 +92,15 @@ def test_a_host_scoped_429_naming_no_pause_holds_every_key_as_long_as_the_limits
     assert pool.others_held() == [MEMORY, MEMORY, MEMORY]
 
 
+def test_a_host_scoped_429_naming_a_pause_of_nothing_holds_every_key_as_long_as_the_limits_remember():
+    """Retry-After: 0 (or a date our clock has passed) is no pause: the other keys must not send into the
+    refused limit at once."""
+    pool = Pool(rate_limited(retry_after=0), penalty='rate_limited_holds = "host"')
+    assert pool.queues.submit(Request("r1", time.monotonic()))
+    pool.send()
+    assert pool.others_held() == [MEMORY, MEMORY, MEMORY]
+
+
 def test_an_account_scoped_429_holds_the_keys_of_that_account_only():
     pool = Pool(rate_limited(), penalty='rate_limited_holds = "account"')
     assert pool.queues.submit(Request("r1", time.monotonic()))

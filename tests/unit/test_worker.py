@@ -8,7 +8,9 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import FakeClock, wait_for
+from thread_client.limits.rules import LimitRule
+from thread_client.limits.scopes import RuleScopes
 from thread_client.limits.keys import ApiKey
 from thread_client.io.graveyard import Graveyard
 from thread_client.observe.metrics import Metrics
@@ -293,3 +295,36 @@ def test_a_key_s_threads_take_turns_one_waits_for_the_next_send_the_others_send_
     assert transport.most_active == 4
     stop_all(queues, key, *workers)
     assert queues.counts().accepted == 4
+
+
+class AcceptingTransport(FlakyTransport):
+    """Answers every send 200 OK."""
+
+    def send(self, nonce: int, req_id: str, params=None, method: str = "", path: str = "") -> Answer:
+        self.calls += 1
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+
+def test_a_request_costlier_than_the_usual_one_waits_in_the_dlq_for_room_not_in_a_loop_of_takes():
+    """The key is ready for a usual send (it costs nothing of the orders limit) but an order finds no room
+    within its time-to-live: it waits in the DLQ until the room may come back, and the key's worker does not
+    take it again and again meanwhile (a fresh-context review measured 70000 takes in 3 s). Time stands still
+    here, so only a loop of takes could make more than one try of the second order."""
+    clock = FakeClock(start=100.0)
+    orders = LimitRule("orders", "rolling-window", limit=2, period_ms=60_000, cost=(("POST /api/order", 2),))
+    scopes = RuleScopes((orders,), endpoint="GET /api/request", endpoints=("POST /api/order",))
+    limiter = ThreadSafeRateLimiter(name="key", rules=scopes.states_of(), order_latency=0.0,
+                                    endpoint="GET /api/request", clock=clock)
+    tries = []
+    acquire = limiter.acquire
+    limiter.acquire = lambda *args, **kwargs: tries.append(1) or acquire(*args, **kwargs)
+    key = ApiKey("UT4NHL1J796WCHULA1750MXYF9F5JYA6", limiter)
+    queues = QueueManager(Graveyard(None), queue_size=10, clock=clock)
+    transport = AcceptingTransport()
+    worker = Worker(key, queues, transport, RetryPolicy(), OutageGate(), threading.Event(), clock=clock)
+    for req_id in ("order-1", "order-2"):
+        queues.submit(Request(req_id, clock(), method="POST", path="/api/order"))
+    threads = started(worker, Requeuer(queues))
+    wait_for(lambda: transport.calls == 1 and queues.counts().dlq == 1)
+    stop_all(queues, key, *threads)
+    assert len(tries) == 2  # the first order, and one try of the second

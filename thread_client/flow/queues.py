@@ -182,9 +182,10 @@ class QueueManager:
         with self._lock:
             self._in_flight -= 1
 
-    def hand_back(self, request: Request) -> None:
-        """An in-flight request that was never tried (its key retired): retry it at once, at no cost."""
-        self._dlq.put_at(request, self._clock())
+    def hand_back(self, request: Request, after: float = 0.0) -> None:
+        """An in-flight request that was never tried (its key retired, no room for it yet): retry it at no
+        cost, at once or ``after`` seconds from now."""
+        self._dlq.put_at(request, self._clock() + after)
         with self._lock:
             self._in_flight -= 1
 

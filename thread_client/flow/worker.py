@@ -8,6 +8,7 @@ import threading
 from functools import partial
 from typing import Callable
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
@@ -465,9 +466,11 @@ class Worker(ManagedThread):
             if remaining <= 0:
                 raise LimiterTimeout(self.key.name, 0.0)
             return self.key.limiter.acquire(timeout=remaining, costs=self._costs)
-        except LimiterTimeout:
+        except LimiterTimeout as exc:
             if self._clock() < request.deadline:
-                self._hand_back(request)
+                # A costlier request than the usual one: its key was ready for a usual send, not for this one.
+                # It waits in the DLQ until it may fit (at no cost), not in a loop of takes and hand-backs.
+                self._hand_back(request, after=0.0 if self._costs is None else min(exc.delay, defaults.TTL))
                 return None
             self._listener.attempted(self.key.name, Outcome.EXPIRED)
             expired = Reading(Outcome.EXPIRED)
@@ -487,9 +490,10 @@ class Worker(ManagedThread):
             return None
         return self.key.limiter.costs_of(f"{request.method} {request.path}" if request.path else "", request.weight)
 
-    def _hand_back(self, request: Request) -> None:
-        """Give a request that was not sent back to the queues, at no cost; this worker holds nothing then."""
-        self._queues.hand_back(request)
+    def _hand_back(self, request: Request, after: float = 0.0) -> None:
+        """Give a request that was not sent back to the queues, at no cost (to be taken again at once, or
+        ``after`` seconds from now); this worker holds nothing then."""
+        self._queues.hand_back(request, after)
         self._holding = None
 
     def _exchange(self, permit: Permit, request: Request) -> tuple[Reading, float | None]:

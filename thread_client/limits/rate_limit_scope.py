@@ -30,7 +30,7 @@ class RateLimitScope:
 
     def hold_sharers(self, key: ApiKey, pause: float | None) -> float:
         """A 429 read on ``key``: hold every key that shares the refused limit with it, so nothing more is sent
-        into it, for ``pause`` (the server's, capped; None: it named none) or else ``memory``. Returns that hold;
+        into it, for ``pause`` (the server's, capped; None or 0: it named none) or else ``memory``. Returns that hold;
         0 when no other key shares it (the worker holds ``key`` itself, as for any 429)."""
         if self.holds == "host":
             shares: Callable[[ApiKey], bool] = lambda other: True
@@ -38,6 +38,7 @@ class RateLimitScope:
             shares = lambda other: other.account == key.account
         else:
             return 0.0
-        seconds = self.memory if pause is None else pause
+        # A pause of nothing (Retry-After: 0, or a date our clock has passed) is no pause: the limits' memory.
+        seconds = self.memory if pause is None or pause <= 0 else pause
         self.hold_keys(shares, seconds)
         return seconds

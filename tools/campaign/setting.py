@@ -40,7 +40,7 @@ class Setting:
     source: str
     #: "file" or "stdout" (a single daemon); the results stream for a cluster.
     results: str
-    threads_per_key: int
+    threads_per_key: int | None  # None: the daemon's default
     max_latency_ms: int
     fail_rate: float
     drop_rate: float
@@ -73,7 +73,9 @@ def draw_setting(seed: int, seconds: float) -> Setting:
         source, results, members = rng.choice(("file", "file", "pipe", "generate")), rng.choice(("file", "stdout")), 1
         if delivery == "exactly-once" and source != "generate":
             results = "file"  # exactly-once journals its sends beside the results file: stdout is refused
+    # One to three threads by hand, or (a draw of 4) the daemon's own default: its threads taking turns.
     threads = 1 if delivery == "exactly-once" else rng.randint(1, 4)
+    threads_per_key = None if threads == 4 else threads
     max_latency_ms = rng.choice((5, 20, 50, 50, 90, 150))
     fail_rate = rng.choice((0.0, 0.0, 0.01, 0.03))
     drop_rate = rng.choice((0.0, 0.0, 0.01, 0.03))
@@ -85,7 +87,7 @@ def draw_setting(seed: int, seconds: float) -> Setting:
     odd = rng.choice((0, 0, 3, len(ODD_LINES))) if source != "generate" else 0
     small_disk = topology == "single" and rng.random() < 0.3
     profile = rng.choice(("reference", "reference", "signed-post-json")) if delivery == "at-least-once" else "reference"
-    return Setting(seed, seconds, topology, members, delivery, source, results, threads, max_latency_ms, fail_rate,
+    return Setting(seed, seconds, topology, members, delivery, source, results, threads_per_key, max_latency_ms, fail_rate,
                    drop_rate, idle_timeout, tls, requests, odd, small_disk, profile)
 
 

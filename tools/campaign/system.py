@@ -255,7 +255,7 @@ class System:
                 "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
                 "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
         args += ["--keys-file", str(self.keys_file), "--profile", setting.profile]
-        if setting.delivery == "at-least-once":
+        if setting.delivery == "at-least-once" and setting.threads_per_key is not None:
             args += ["--threads-per-key", str(setting.threads_per_key)]
         if self._tls:
             args += list(self._tls.client_args)
