@@ -77,7 +77,7 @@ BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
-bench: setup  ## thirteen rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png
+bench: setup  ## nineteen rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential; fixed-window, leaky-bucket, sliding-counter, decaying-counter against the server's emulations; flask-limiter, nginx), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30
