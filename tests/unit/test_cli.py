@@ -202,8 +202,9 @@ def test_a_profile_that_blocks_keys_sooner_parks_them_sooner(tmp_path):
     assert build_config(["--profile", str(profile), "--server-max-429", "10"]).max_strikes == 3
     profile.write_text("[penalty]\nstrikes_to_block = 2\n")
     with pytest.raises(SystemExit):
-        build_config(["--profile", str(profile)])
-    assert build_config(["--profile", str(profile), "--threads-per-key", "1"]).max_strikes == 1
+        build_config(["--profile", str(profile), "--threads-per-key", "2"])
+    strictest = build_config(["--profile", str(profile)])  # by default one thread, where two would not fit
+    assert (strictest.threads_per_key, strictest.max_strikes) == (1, 1)
 
 
 def test_a_signing_hook_that_fails_stops_the_daemon_at_start(tmp_path):
