@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Callable
 
 import pytest
 
@@ -95,17 +96,24 @@ def test_a_nonce_never_leaves_before_a_durable_mark_covers_it():
     assert nonces.last == first + 300 and marks == [first + 100, first + 201, first + 302, first + 403]
 
 
-def test_the_next_block_is_reserved_half_way_and_the_current_one_drawn_from_meanwhile():
-    reserve_entered, reserve_go = threading.Event(), threading.Event()
-    blocks = iter([(1_000, 1_099), (1_100, 1_199)])
+def reserving(blocks: list[tuple[int, int]], paused: int) -> tuple[Callable[[int], tuple[int, int]],
+                                                                    threading.Event, threading.Event]:
+    """A store that grants ``blocks`` in turn and holds the one starting at ``paused`` until the test lets it
+    go: the reserve function, the event set when it is held, and the event that lets it go."""
+    granted, entered, go = iter(blocks), threading.Event(), threading.Event()
 
     def reserve(wanted: int) -> tuple[int, int]:
-        block = next(blocks)
-        if block[0] == 1_100:
-            reserve_entered.set()
-            assert reserve_go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
+        block = next(granted)
+        if block[0] == paused:
+            entered.set()
+            assert go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
         return block
 
+    return reserve, entered, go
+
+
+def test_the_next_block_is_reserved_half_way_and_the_current_one_drawn_from_meanwhile():
+    reserve, reserve_entered, reserve_go = reserving([(1_000, 1_099), (1_100, 1_199)], paused=1_100)
     nonces = NonceGenerator(clock=lambda: 0, reserve=reserve)
     assert [draw(nonces) for _ in range(50)] == list(range(1_000, 1_050))
     early = threading.Thread(target=nonces.reserve_ahead)  # past half-way: the next block is due
@@ -138,16 +146,7 @@ def test_a_lease_taken_again_reserves_a_new_block_before_the_next_nonce():
 
 
 def test_a_block_reserved_while_the_lease_was_taken_again_is_not_drawn_from():
-    reserve_entered, reserve_go = threading.Event(), threading.Event()
-    blocks = iter([(5_000, 5_009), (6_000, 6_009), (9_000, 9_009)])
-
-    def reserve(wanted: int) -> tuple[int, int]:
-        block = next(blocks)
-        if block[0] == 6_000:
-            reserve_entered.set()
-            assert reserve_go.wait(30)  # set by the test, or its own bound (5 s) has long failed it
-        return block
-
+    reserve, reserve_entered, reserve_go = reserving([(5_000, 5_009), (6_000, 6_009), (9_000, 9_009)], paused=6_000)
     nonces = NonceGenerator(clock=lambda: 100, reserve=reserve)
     assert [draw(nonces) for _ in range(5)] == list(range(5_000, 5_005))
     early = threading.Thread(target=nonces.reserve_ahead)  # the next block, under the lease held then

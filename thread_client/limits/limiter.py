@@ -45,6 +45,7 @@ from .timestamps import ServerTimestamps
 
 __all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
 
+_NOTHING = contextlib.nullcontext()  # what a key that shares no rule takes for the shared rules' locks
 _FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
 
@@ -159,18 +160,12 @@ class ThreadSafeRateLimiter:
             f" order_latency={state.order_latency:.3f} held={state.held} closed={state.closed}>"
         )
 
-    @property
-    def forget_after(self) -> float:
-        """How long after its last stamp the server's states of this key may still refuse a send."""
-        with self._lock, self._shared_locked():
-            return max(state.forget_after for state, _ in self._rules)
-
     # -- decisions (called with the lock held, and the shared rules' locks) ----
 
     def _shared_locked(self) -> contextlib.AbstractContextManager:
         """The shared rules' locks, taken in rank order (called with our own lock held)."""
         if not self._shared:
-            return contextlib.nullcontext()
+            return _NOTHING
         stack = contextlib.ExitStack()
         for shared in self._shared:
             stack.enter_context(shared.lock)
@@ -226,10 +221,14 @@ class ThreadSafeRateLimiter:
                 else:
                     state.settle(token, stamped_by)
 
-    @contextlib.contextmanager
-    def _looking(self) -> Iterator[None]:
+    def _looking(self) -> contextlib.AbstractContextManager:
         """Counts a thread that reads the rules and may wait on them (called with the lock held), from before
-        its first read: a sharer that frees a shared rule after that read sees it (``_wake``)."""
+        its first read: a sharer that frees a shared rule after that read sees it (``_wake``). A key that
+        shares no rule is woken by nobody else: nothing to count on its hot path."""
+        return self._counted_looking() if self._shared else _NOTHING
+
+    @contextlib.contextmanager
+    def _counted_looking(self) -> Iterator[None]:
         self._looking_threads += 1
         try:
             yield

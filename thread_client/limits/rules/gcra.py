@@ -87,7 +87,3 @@ class Gcra(RuleState):
     @property
     def forget_after(self) -> float:
         return max((self._burst + 1) * self._interval + _GUARD, self._memory or 0.0)
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight

@@ -89,7 +89,3 @@ class WindowRing(RuleState):
     @property
     def forget_after(self) -> float:
         return self._window
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
