@@ -93,6 +93,7 @@ class ScriptedTransport:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         self.connect()
         call = Call(nonce, req_id, dict(params or {}), method, path)
@@ -102,6 +103,8 @@ class ScriptedTransport:
                 self._unscripted.append(call)
                 raise UnscriptedSend(f"send #{len(self._calls)} ({call}) is past the end of the script")
             step = self._steps.popleft()
+        if on_sent is not None:  # the bytes left: whatever the step plays now happens after the send
+            on_sent()
         if callable(step):
             step = step(call)
         if isinstance(step, TransportError):

@@ -93,7 +93,9 @@ class Transport(Protocol):
     be sent again), ``NoAnswer`` (sent, then timed out or reset: it may have been processed).
     ``connect`` opens the connection ahead (``send`` opens one itself if none is open), so a
     nonce drawn after it leaves at once; it raises ``ConnectFailed``. A request goes to ``method`` and
-    ``path`` where it names its own endpoint ("": the profile's).
+    ``path`` where it names its own endpoint ("": the profile's). ``on_sent`` is called on the sending
+    thread once the request's bytes have left, before the answer is read (the key's next nonce may be
+    drawn then).
     """
 
     endpoint: str
@@ -101,6 +103,7 @@ class Transport(Protocol):
     def connect(self) -> None: ...
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer: ...
     def close(self) -> None: ...
 

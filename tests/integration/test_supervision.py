@@ -28,11 +28,12 @@ class DeadlyTransport(HttpTransport):
         self._deadly = deadly  # None: every call
         self._calls = 0
 
-    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = ""):
+    def send(self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+             on_sent=None):
         self._calls += 1
         if self._deadly is None or self._calls in self._deadly:
             raise WorkerKilled(f"injected fault on call {self._calls}")
-        return super().send(nonce, req_id, params, method, path)
+        return super().send(nonce, req_id, params, method, path, on_sent)
 
 
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:

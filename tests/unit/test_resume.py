@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from typing import Callable
 
 import pytest
 
@@ -160,6 +161,7 @@ class AlwaysOk:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         return Answer(200, json.dumps({"status": "OK", "req_id": req_id}).encode(), None)
 

@@ -6,6 +6,7 @@ import logging
 import sys
 import threading
 import time
+from typing import Callable
 
 import pytest
 from conftest import FakeClock, wait_for
@@ -35,6 +36,7 @@ class FlakyTransport:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         self.calls += 1
         if self.calls == 1:
@@ -105,6 +107,7 @@ class AlwaysOk:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
 
@@ -182,6 +185,7 @@ class NestedBody:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         self.calls += 1
         if self.calls == 1:
@@ -250,7 +254,10 @@ class GatedTransport:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
+        if on_sent is not None:
+            on_sent()
         with self._lock:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
@@ -300,7 +307,7 @@ def test_a_key_s_threads_take_turns_one_waits_for_the_next_send_the_others_send_
 class AcceptingTransport(FlakyTransport):
     """Answers every send 200 OK."""
 
-    def send(self, nonce: int, req_id: str, params=None, method: str = "", path: str = "") -> Answer:
+    def send(self, nonce: int, req_id: str, params=None, method: str = "", path: str = "", on_sent=None) -> Answer:
         self.calls += 1
         return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
 
@@ -328,3 +335,64 @@ def test_a_request_costlier_than_the_usual_one_waits_in_the_dlq_for_room_not_in_
     wait_for(lambda: transport.calls == 1 and queues.counts().dlq == 1)
     stop_all(queues, key, *threads)
     assert len(tries) == 2  # the first order, and one try of the second
+
+
+class SpiedTurn:
+    """A key's turn that tells when a thread has to wait for it (another holds it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waited = threading.Event()
+
+    def acquire(self) -> bool:
+        if not self._lock.acquire(blocking=False):
+            self.waited.set()
+            self._lock.acquire()
+        return True
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class SlowFirstBuild:
+    """A transport whose first request takes long to build (a slow signing hook, a preempted thread): it is
+    built only once the key's second request has left or is waiting for the key's turn. Records the nonces
+    in the order their bytes left, across the key's threads."""
+
+    def __init__(self, turn: SpiedTurn) -> None:
+        self._turn = turn
+        self.left: list[int] = []
+        self._second_left = threading.Event()
+
+    def connect(self) -> None:
+        """Nothing to open."""
+
+    def send(self, nonce: int, req_id: str, params=None, method: str = "", path: str = "", on_sent=None) -> Answer:
+        if req_id == "first":
+            wait_for(lambda: self._second_left.is_set() or self._turn.waited.is_set())
+        self.left.append(nonce)
+        if req_id != "first":
+            self._second_left.set()
+        if on_sent is not None:
+            on_sent()
+        return Answer(200, f'{{"status": "OK", "req_id": "{req_id}"}}'.encode(), None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_later_nonce_of_the_key_never_leaves_before_an_earlier_one_built_slowly():
+    """Two threads of a key, no gap between sends: the first request's build is slow. Its nonce was drawn
+    first, so its bytes must leave first: the key's turn passes on only once they left (before, another
+    thread's later nonce left first and the server refused the earlier one)."""
+    queues = QueueManager(Graveyard(None), queue_size=10)
+    key, stopping = new_key(), threading.Event()
+    key.turn = turn = SpiedTurn()
+    transport = SlowFirstBuild(turn)
+    workers = [Worker(key, queues, transport, RetryPolicy(), OutageGate(), stopping, index=n) for n in range(2)]
+    for req_id in ("first", "second"):
+        queues.submit(Request(req_id, time.monotonic()))
+    started(*workers)
+    wait_for(lambda: queues.counts().accepted == 2)
+    stop_all(queues, key, *workers)
+    assert transport.left == sorted(transport.left) and len(transport.left) == 2

@@ -139,14 +139,17 @@ class Worker(ManagedThread):
             self._transport.close()
 
     def _take_turn(self) -> None:
-        """Wait until no other worker of the key is waiting for its next send: one at a time waits, the others
-        are in an exchange or parked here. A key then has as many sends in flight as its limits and round
-        trips allow, up to its threads, and a parked thread costs nothing: no limiter wakes it."""
+        """Wait until no other worker of the key is waiting for its next send or sending it: one at a time
+        waits, the others are in an exchange or parked here. A key then has as many sends in flight as its
+        limits and round trips allow, up to its threads, and a parked thread costs nothing: no limiter wakes
+        it. The turn is held from the permit until the bytes left, so the key's nonces leave in the order
+        they were drawn, however long a journal line or a signing hook takes."""
         self.key.turn.acquire()
         self._has_turn = True
 
     def _pass_turn(self) -> None:
-        """Let the next worker of the key wait for a send: this one has its permit, or no request. Idempotent."""
+        """Let the next worker of the key wait for a send: this one's bytes have left (or never will), or it
+        has no request. Idempotent."""
         if self._has_turn:
             self._has_turn = False
             self.key.turn.release()
@@ -198,7 +201,6 @@ class Worker(ManagedThread):
         if not self._connect(request):
             return
         permit = self._acquire(request)
-        self._pass_turn()
         if permit is None:
             return
         if not self.key.may_send():  # the lease ran out (or is being handed over) while the permit was awaited
@@ -230,7 +232,7 @@ class Worker(ManagedThread):
     def _connect(self, request: Request) -> bool:
         """Open the connection before the permit draws the nonce, so only the journal's line and the
         signing come between the draw and the send: a reconnect after the draw (a TLS handshake) would
-        let another thread's later nonce leave first, and the earlier one be refused. False once the
+        hold the key's turn, and shorten the gap the server sees to the key's next send. False once the
         request has been routed: unreachable, nothing sent."""
         try:
             self._transport.connect()
@@ -519,7 +521,8 @@ class Worker(ManagedThread):
             self._doubt_epoch = self.key.epoch()
         doubt, self._in_doubt = self._in_doubt, permit
         try:
-            answer = self._transport.send(permit.nonce, request.req_id, request.params, request.method, request.path)
+            answer = self._transport.send(permit.nonce, request.req_id, request.params, request.method, request.path,
+                                          on_sent=self._pass_turn)
         except TransportError as exc:
             if isinstance(exc, SendFenced):  # the lease ended after the check above, before any byte left
                 self._in_doubt = doubt
@@ -553,6 +556,8 @@ class Worker(ManagedThread):
         except BaseException:
             limiter.release(permit, answered_at=None)
             raise
+        finally:
+            self._pass_turn()  # the bytes left (or never will): the key's next send may be drawn
         answered_at, accepted = self._clock(), False
         self._transport_bugs = 0
         try:

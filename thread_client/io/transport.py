@@ -106,11 +106,13 @@ class HttpTransport:
 
     def send(
         self, nonce: int, req_id: str, params: dict[str, str] | None = None, method: str = "", path: str = "",
+        on_sent: Callable[[], None] | None = None,
     ) -> Answer:
         """One attempt; raises a TransportError (see the class docstring) when no answer came.
         ``params`` go where the profile's ``params_in`` says; the request to ``method`` and ``path`` (after
-        the URL's prefix) if it names its own endpoint. Raises RequestNotBuilt, with nothing sent, if the
-        request cannot be built (a signing hook failed, a parameter takes a profile's name)."""
+        the URL's prefix) if it names its own endpoint. ``on_sent`` is called once the request is written to
+        the socket. Raises RequestNotBuilt, with nothing sent, if the request cannot be built (a signing hook
+        failed, a parameter takes a profile's name)."""
         try:
             method, target, body, headers = self._writer.write(nonce, req_id, params, method, path)
         except ParameterTaken as exc:
@@ -126,6 +128,8 @@ class HttpTransport:
             raise SendFenced("the key's lease ended before the request could leave")
         try:
             connection.request(method, target, body, headers)
+            if on_sent is not None:
+                on_sent()
             response = connection.getresponse()
             body = response.read()
         except (socket.timeout, TimeoutError) as exc:

@@ -60,7 +60,8 @@ class ApiKey:
         # nobody else sent on the key in between.
         self.epoch = epoch
         # Held by the one worker thread of the key that waits for its next send (from before it takes work until
-        # its permit): the key's other threads are in an exchange or parked on it, woken one at a time.
+        # the bytes of its send left): the key's other threads are in an exchange or parked on it, woken one at
+        # a time, and the key's nonces leave in the order they were drawn.
         self.turn = threading.Lock()
         # Guards _retired_because, the strike counts and _watched; a key is retired at most once.
         self._lock = threading.Lock()

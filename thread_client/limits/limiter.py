@@ -18,12 +18,12 @@ between the send and the answer. Two kinds of rule pace the sends of one key:
 
 The nonce of each send is drawn in the same critical section that orders the
 send, at least a gap after the previous one, and only once the worker's
-connection is open: nonces leave in the order the server must see them unless a
-thread is held up longer than the gap between its permit and its send (the
-journal's line, the signing, the interpreter's switch), which the order rule
-counts as one more lost bet. A send is told to the order rule when its permit is
-given back, so a cancelled one (it never left) is never counted. The nonce's
-block is reserved before the lock is taken (``NonceGenerator.reserve_ahead``).
+connection is open; the key's next permit is asked for only once the bytes of
+this one left (the workers' turn), so nonces leave the client in the order the
+server must see them, and only the network can swap them. A send is told to the
+order rule when its permit is given back, so a cancelled one (it never left) is
+never counted. The nonce's block is reserved before the lock is taken
+(``NonceGenerator.reserve_ahead``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class Permit:
 class LimiterState:
     """An immutable snapshot for metrics and tests; ``ready_in`` is the seconds until a send is
     allowed (0: now; inf: only an answer can tell); ``window`` the first rule's ``pace`` (a ring's window,
-    a bucket's interval), widened by strikes."""
+    a bucket's interval), widened by strikes; ``remaining`` each rule's name with the units a send could
+    spend of it now (``RuleState.available``)."""
 
     in_flight: int
     ready_in: float
@@ -84,6 +85,7 @@ class LimiterState:
     order_latency: float
     held: bool
     closed: bool
+    remaining: tuple[tuple[str, int], ...] = ()
 
 
 class ThreadSafeRateLimiter:
@@ -434,4 +436,5 @@ class ThreadSafeRateLimiter:
                 order_latency=self._gap(),
                 held=self._held_until > now,
                 closed=self._closed,
+                remaining=tuple((rule.name, state.available(now)) for state, rule in self._rules),
             )
