@@ -190,7 +190,8 @@ class RollingWindow:
 
 class FixedWindow:
     """At most ``rate`` units in each window k = [k x window_ms, (k+1) x window_ms) of the server's clock
-    (``offset_ms`` included), as Flask-Limiter's fixed window and OKX's do."""
+    (``offset_ms`` included: the clock its ``Date`` shows), as budgets that reset on the clock's minute do
+    (Flask-Limiter's fixed window is not one: it starts at a key's first hit)."""
 
     def __init__(self, rate: int, window_ms: int, offset_ms: int) -> None:
         self._rate = rate
@@ -760,7 +761,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             state.count_refusal(signature=True)
             answer("bad_signature", 401, error_body(MSG_BAD_SIGNATURE))
             return
-        server.sleep_latency()
+        server.sleep_latency(incoming=True)
         refusal, entry["stamp_ms"] = state.admit(key, cost)
         if refusal is not None:
             answer("blocked" if refusal == MSG_BLOCKED else "rate_limited", 429, error_body(refusal))
@@ -874,7 +875,7 @@ class ExchangeServer(ThreadingHTTPServer):
         self,
         address: tuple[str, int],
         state: ExchangeState,
-        max_latency_ms: int,
+        max_latency_ms: int | tuple[int, int],
         faults: FaultRates = FaultRates(),
         seed: int | None = None,
         verbose: bool = False,
@@ -901,7 +902,8 @@ class ExchangeServer(ThreadingHTTPServer):
         self.forbidden_keys = forbidden_keys
         self.proxy_429_rate = proxy_429_rate
         self.lost_answer_rate = lost_answer_rate
-        self.max_latency_ms = max_latency_ms
+        # The bounds of the incoming latency (before the stamp) and the outgoing one (before the answer).
+        self.max_latency_ms = max_latency_ms if isinstance(max_latency_ms, tuple) else (max_latency_ms, max_latency_ms)
         self.latency_dist = latency_dist
         self.faults = faults
         self.verbose = verbose
@@ -918,14 +920,18 @@ class ExchangeServer(ThreadingHTTPServer):
         with self._random_lock:
             return self._random.random()
 
-    def sleep_latency(self) -> None:
-        """Sleep a random whole number of ms: uniform in [0, max_latency_ms] (the contract), or with
-        ``latency_dist`` "exponential" of the same mean (max_latency_ms / 2) and a long tail."""
+    def latency_ms(self, incoming: bool = False) -> int:
+        """A random whole number of ms, the incoming or the outgoing bound's: uniform in [0, bound] (the
+        contract), or with ``latency_dist`` "exponential" of the same mean (bound / 2) and a long tail."""
+        bound = self.max_latency_ms[0 if incoming else 1]
         with self._random_lock:
-            if self.latency_dist == "exponential" and self.max_latency_ms:
-                delay_ms = round(self._random.expovariate(2 / self.max_latency_ms))
-            else:
-                delay_ms = self._random.randint(0, self.max_latency_ms)
+            if self.latency_dist == "exponential" and bound:
+                return round(self._random.expovariate(2 / bound))
+            return self._random.randint(0, bound)
+
+    def sleep_latency(self, incoming: bool = False) -> None:
+        """Sleep the incoming latency (before the request is stamped) or the outgoing one (before the answer)."""
+        delay_ms = self.latency_ms(incoming)
         if delay_ms:
             time.sleep(delay_ms / 1000)
 
@@ -974,6 +980,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument("--port", type=int, default=9999, help="port to listen on, 0 for any free port (default %(default)s)")
     parser.add_argument("--max-latency-ms", type=int, default=50, help="upper bound of the incoming and outgoing latency, ms (default %(default)s)")
+    parser.add_argument("--max-incoming-latency-ms", type=int,
+                        help="upper bound of the incoming latency alone (before the stamp), ms (default: --max-latency-ms)")
+    parser.add_argument("--max-outgoing-latency-ms", type=int,
+                        help="upper bound of the outgoing latency alone (after the stamp), ms (default: --max-latency-ms)")
     parser.add_argument("--latency-dist", choices=("uniform", "exponential"), default="uniform",
                         help="uniform in [0, --max-latency-ms], as the contract says; or exponential with the same "
                         "mean and a long tail (default %(default)s)")
@@ -1049,8 +1059,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
-    if args.max_latency_ms < 0:
-        parser.error(f"--max-latency-ms must be 0 or more, got {args.max_latency_ms}")
+    for flag in ("max_latency_ms", "max_incoming_latency_ms", "max_outgoing_latency_ms"):
+        if (getattr(args, flag) or 0) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be 0 or more, got {getattr(args, flag)}")
     if args.rate < 1:
         parser.error(f"--rate must be at least 1, got {args.rate}")
     if args.max_429 < 1:
@@ -1104,7 +1115,10 @@ def main(argv: list[str] | None = None) -> int:
                           ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for, limits=args.limits)
     try:
         server = ExchangeServer(
-            (args.host, args.port), state, args.max_latency_ms, args.faults, args.seed, args.verbose, args.retry_after,
+            (args.host, args.port), state, (
+                args.max_latency_ms if args.max_incoming_latency_ms is None else args.max_incoming_latency_ms,
+                args.max_latency_ms if args.max_outgoing_latency_ms is None else args.max_outgoing_latency_ms,
+            ), args.faults, args.seed, args.verbose, args.retry_after,
             latency_dist=args.latency_dist, idle_timeout=args.idle_timeout,
             announce_idle_timeout=args.announce_idle_timeout,
             close_every_answer=args.close_every_answer,

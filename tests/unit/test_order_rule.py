@@ -14,16 +14,17 @@ from tools.order_model import best_gap, round_trip_sampler, simulate
 SENDS = 2000  # per simulated gap: enough for a share of a percent, fast enough for the unit suite
 
 
-def taught(rule: OrderRule, max_latency_ms: int, dist: str, answers: int = 400, seed: int = 3) -> OrderRule:
+def taught(rule: OrderRule, max_latency_ms: int, dist: str, answers: int = 400, seed: int = 3,
+           max_outgoing_ms: int | None = None, rounds: int = 3) -> OrderRule:
     """Teach ``rule`` as a run would: ``answers`` round trips from the server's distribution, then the sends
     at the gap it chose with the refusals the model says they draw, and a few hundred round trips more."""
-    draw = round_trip_sampler(max_latency_ms, dist, random.Random(seed))
+    draw = round_trip_sampler(max_latency_ms, dist, random.Random(seed), max_outgoing_ms)
     for _ in range(answers):
         rule.answered(draw() / 1000)
-    for _ in range(3):  # three rounds of refusals at the gap taken, as the exchange would return them
-        result = simulate(1000 * rule.gap, max_latency_ms, dist=dist, sends=SENDS)
-        for n in range(500):
-            rule.sent(rule.gap)
+    for _ in range(rounds):  # rounds of refusals at the gap taken, as the exchange would return them
+        result = simulate(1000 * rule.gap, max_latency_ms, max_outgoing_ms=max_outgoing_ms, dist=dist, sends=SENDS)
+        for n in range(500):  # the sends at risk told so (the others were sent after the previous answer)
+            rule.sent(rule.gap if n < round(500 * result.at_risk_share) else None)
             if n < round(500 * result.invalid_share):
                 rule.refused()
         for _ in range(64):  # one update of the rule's estimate
@@ -59,7 +60,8 @@ def test_counted_invalid_nonces_stay_under_one_percent(max_latency_ms):
     counted = simulate(1000 * rule.gap, max_latency_ms, sends=SENDS)
     assert counted.invalid_share < 0.01, (rule, counted)
     free = simulate(1000 * taught(OrderRule(0.055), max_latency_ms, "uniform").gap, max_latency_ms, sends=SENDS)
-    assert counted.accepted_per_s <= free.accepted_per_s  # what the 1 % costs, never more accepted than free
+    # What the 1 % costs: never more accepted than free, beyond the 1 % two simulated runs of 2000 sends differ by.
+    assert counted.accepted_per_s <= 1.01 * free.accepted_per_s
 
 
 def test_more_refusals_than_predicted_lengthen_the_gap():
@@ -116,3 +118,49 @@ def test_counted_before_any_refusal_the_gap_keeps_the_swaps_the_latencies_imply_
     for _ in range(512):
         rule.answered(draw() / 1000)
     assert 0.9 * 0.97 * max_latency_ms / 1000 <= rule.gap <= 1.1 * max_latency_ms / 1000, rule
+
+
+@pytest.mark.parametrize("incoming_ms, outgoing_ms", [(100, 0), (0, 100), (150, 30)])
+def test_where_the_latency_lies_before_or_after_the_stamp_the_refusals_teach_it(incoming_ms, outgoing_ms):
+    """The round trips cannot tell whether their spread lies before the stamp (sends swap) or after it
+    (nothing swaps); the refusals can. All of it before (0-100 ms in, 0 out): a rule that read the spread
+    as shared alike both ways took 50 ms, 9 % refused, 16.9/s where a longer gap reaches 17.8/s. None of
+    it before: nothing swaps, and the gap is the slots' pace."""
+    rule = taught(OrderRule(0.055), incoming_ms, "uniform", max_outgoing_ms=outgoing_ms, rounds=12)
+    mine = simulate(1000 * rule.gap, incoming_ms, max_outgoing_ms=outgoing_ms, sends=SENDS)
+    best = best_gap(incoming_ms, max_outgoing_ms=outgoing_ms, gaps=range(0, 151, 5), sends=SENDS)
+    assert mine.accepted_per_s >= 0.97 * best.accepted_per_s, (rule, mine, best)
+    assert mine.invalid_share <= best.invalid_share + 0.02, (rule, mine, best)
+
+
+@pytest.mark.parametrize("incoming_ms, outgoing_ms", [(0, 100), (100, 0)])
+def test_counted_where_nothing_can_swap_the_key_is_not_held_and_where_all_can_refusals_stay_rare(
+        incoming_ms, outgoing_ms):
+    rule = taught(OrderRule(0.055, cost=InvalidNonceCost.COUNTED), incoming_ms, "uniform",
+                  max_outgoing_ms=outgoing_ms, rounds=12)
+    mine = simulate(1000 * rule.gap, incoming_ms, max_outgoing_ms=outgoing_ms, sends=SENDS)
+    assert mine.invalid_share < 0.01, (rule, mine)
+    if incoming_ms == 0:  # nothing swaps: the slots' pace, not the 145 ms a symmetric reading held
+        assert mine.of_ceiling >= 0.97, (rule, mine)
+
+
+@pytest.mark.parametrize("incoming_ms", [60, 120])
+def test_taught_by_the_law_of_the_latencies_not_by_the_model_that_judges(incoming_ms):
+    """Refusals drawn from the law itself, not from the order model: all the latency before the stamp, uniform
+    on [0, L]; a send g after its previous one is at risk if that one's round trip (its incoming latency) is
+    longer than g, and overtakes it if its own incoming latency is shorter by more than g. The gap learnt
+    must reach 97 % of what the best fixed gap reaches in the model of the client."""
+    rng = random.Random(11)
+    rule = OrderRule(0.055)
+    for _ in range(12):
+        for _ in range(64):
+            rule.answered(rng.randint(0, incoming_ms) / 1000)
+        for _ in range(500):
+            earlier, later = rng.randint(0, incoming_ms) / 1000, rng.randint(0, incoming_ms) / 1000
+            at_risk = earlier > rule.gap
+            rule.sent(rule.gap if at_risk else None)
+            if at_risk and earlier - later > rule.gap:
+                rule.refused()
+    mine = simulate(1000 * rule.gap, incoming_ms, max_outgoing_ms=0, sends=SENDS)
+    best = best_gap(incoming_ms, max_outgoing_ms=0, gaps=range(0, 151, 5), sends=SENDS)
+    assert mine.accepted_per_s >= 0.97 * best.accepted_per_s, (rule, mine, best)
