@@ -12,6 +12,7 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 from thread_client.limits.rules import RuleState
 
@@ -48,19 +49,28 @@ class Ride:
         return (len(self.sent_at) - 1 - first) / span if span > 0 else math.inf
 
 
-def ride(keys: list[list[tuple[RuleState, int]]], sends: list[Send], threads: int) -> Ride:
+#: Hears of an answer before its send is settled: (sent at, the server done with it, answered at).
+Answered = Callable[[float, float, float], None]
+
+
+def ride(keys: list[list[tuple[RuleState, int]]], sends: list[Send], threads: int,
+         on_answer: Answered | None = None) -> Ride:
     """Send ``sends`` in order, each as soon as its key has a free thread and every state of the key lets
-    its cost through; ``keys[k]`` is key k's (state, cost) pairs."""
+    its cost through; ``keys[k]`` is key k's (state, cost) pairs. ``on_answer`` reads each answer (its
+    ``Date``) before the states hear of it."""
     now = 0.0
-    answers: list[tuple[float, int, int, list]] = []  # (answered at, order, key, [(state, token)])
+    # (answered at, order, key, [(state, token)], sent at, done at)
+    answers: list[tuple[float, int, int, list, float, float]] = []
     busy = [0] * len(keys)
     result = Ride()
     for order, send in enumerate(sends):
         states = keys[send.key]
         while True:
             while answers and answers[0][0] <= now:
-                answered_at, _, key, tokens = heapq.heappop(answers)
+                answered_at, _, key, tokens, sent_at, done_at = heapq.heappop(answers)
                 busy[key] -= 1
+                if on_answer is not None:
+                    on_answer(sent_at, done_at, answered_at)
                 for state, token in tokens:
                     state.settle(token, answered_at)
             ready = max(state.ready_at(now, cost) for state, cost in states) if busy[send.key] < threads else math.inf
@@ -71,7 +81,7 @@ def ride(keys: list[list[tuple[RuleState, int]]], sends: list[Send], threads: in
         tokens = [(state, state.take(now, cost)) for state, cost in states]
         busy[send.key] += 1
         stamp = now + send.incoming
-        heapq.heappush(answers, (stamp + send.work + send.outgoing, order, send.key, tokens))
+        heapq.heappush(answers, (stamp + send.work + send.outgoing, order, send.key, tokens, now, stamp + send.work))
         result.sent_at.append(now)
         result.stamps.append((stamp, order, send.key, stamp + send.work))
     return result

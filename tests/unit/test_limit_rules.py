@@ -4,6 +4,7 @@ model of the algorithm: random latencies never bring a refusal, and the rate rea
 from __future__ import annotations
 
 import math
+import random
 from fractions import Fraction
 
 import pytest
@@ -14,8 +15,9 @@ from tests.limit_ride import Ride, Send, adversarial_ride, ride
 from conftest import FakeClock
 from thread_client.errors import LimiterTimeout
 from thread_client.limits.limiter import ThreadSafeRateLimiter
-from thread_client.limits.rules import Gcra, LimitRule, WindowRing
+from thread_client.limits.rules import MS_GUARD, Gcra, LimitRule, RuleState, WindowRing
 from thread_client.limits.scopes import RuleScopes
+from thread_client.limits.timestamps import ServerClock
 
 SERVER_EPOCH = 10.0  # seconds of server clock before the first send: its models start idle at 0 ms
 
@@ -125,14 +127,15 @@ def enough_threads(rule: LimitRule, round_trip: float) -> int:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    rule=costed(rules.filter(lambda rule: rule.algorithm != "concurrency")),
+    rule=costed(rules.filter(lambda rule: rule.algorithm not in ("concurrency", "fixed-window"))),
     round_trip=st.floats(0.001, 0.15),
     stamp_share=st.floats(0, 1),
 )
 def test_the_rate_reaches_the_strike_free_ceiling(rule, round_trip, stamp_share):
     """With a steady round trip (split anyhow between the way in and the way out) and threads enough, the
     sends come within 3 % of ``LimitRule.ceiling``, the formula the docs derive, once past the first burst
-    (many rings' worth of sends, so that a ring's last partial round weighs little)."""
+    (many rings' worth of sends, so that a ring's last partial round weighs little). A fixed window's, on a
+    learnt clock, is below."""
     ceiling = rule.ceiling(round_trip)
     sends = [Send(0, round_trip * stamp_share, 0.0, round_trip * (1 - stamp_share))] * (
         200 + 60 * max(rule.limit, rule.max, rule.burst + 1))
@@ -147,8 +150,6 @@ def test_the_rate_reaches_the_strike_free_ceiling(rule, round_trip, stamp_share)
 def test_the_ceiling_holds_for_random_round_trips_where_it_is_exact(algorithm, figures):
     """A ring's slot and a burstless bucket's one send each cycle through a round trip and a period: the rate
     is the ceiling at the mean round trip, whatever the spread."""
-    import random
-
     draw = random.Random(7)
     rule = LimitRule("rule", algorithm, **figures)
     sends = [Send(0, draw.uniform(0, 0.05), 0.0, draw.uniform(0, 0.05)) for _ in range(2000)]
@@ -270,3 +271,188 @@ def test_an_endpoint_scoped_rule_gives_each_endpoint_of_a_key_its_own_state():
             limiter.acquire(timeout=0, costs=costs)
     assert [part.name for _, part in scopes.states_of()] == ["per endpoint (GET /api/ticker)",
                                                             "per endpoint (POST /api/order)"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rule=rules, steps=st.lists(st.tuples(st.floats(0, 0.5), st.booleans(), st.integers(1, 3)), max_size=40))
+def test_the_budget_left_is_the_largest_send_that_fits_now(rule, steps):
+    assert_budget_left_fits(rule.new_state(), steps)
+
+
+def assert_budget_left_fits(state: RuleState, steps: list[tuple[float, bool, int]]) -> None:
+    """Play ``steps`` (pause, answer the oldest send or send one of that cost if it fits): the budget left
+    then is a send that fits now, and one unit more is not."""
+    now, tokens = 0.0, []
+    for pause, answer, cost in steps:
+        now += pause
+        if answer and tokens:
+            state.settle(tokens.pop(0), now)
+        elif state.ready_at(now, cost) <= now:
+            tokens.append(state.take(now, cost))
+    left = state.available(now)
+    assert left == 0 or state.ready_at(now, left) <= now
+    assert state.ready_at(now, left + 1) > now
+
+
+class ServerDates:
+    """The reference server's clock, ``offset_ms`` ahead of its limits' true time (``epoch`` seconds ahead of the
+    ride's), as its ``Date`` header (or, at ``resolution_ms`` 1, its time endpoint) shows it to a learning clock."""
+
+    def __init__(self, epoch: float, offset_ms: int, resolution_ms: int = 1000) -> None:
+        self.epoch, self.offset_ms, self.resolution_ms = epoch, offset_ms, resolution_ms
+        self.clock = ServerClock(lambda: 0.0)
+
+    def shown_at(self, at: float) -> int:
+        """What the server shows at the ride's instant ``at``: its stamp's ms and offset, to its resolution."""
+        shown = int((at + self.epoch) * 1000) + self.offset_ms
+        return shown - shown % self.resolution_ms
+
+    def read(self, sent: float, done: float, answered: float) -> None:
+        self.clock.observe(self.shown_at(done), sent * 1000, answered * 1000, resolution_ms=self.resolution_ms)
+
+    def teach_before(self, draw, readings: int) -> None:
+        """``readings`` answers in the 30 s before the ride (a key's earlier sends, another key's), at random
+        instants with 0-50 ms round trips."""
+        for _ in range(readings):
+            sent = draw.uniform(-30, -0.1)
+            done = sent + draw.uniform(0, 0.025)
+            self.read(sent, done, done + draw.uniform(0, 0.025))
+
+
+fixed_windows = st.builds(LimitRule, st.just("fixed"), st.just("fixed-window"), limit=st.integers(1, 20),
+                          period_ms=st.integers(50, 1000))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rule=costed(fixed_windows),
+    threads=st.integers(1, 6),
+    epoch_fraction=st.floats(0, 0.999),
+    offset_ms=st.integers(-5000, 5000),
+    resolution_ms=st.sampled_from([1, 1000]),
+    readings=st.integers(0, 60),
+    draw=st.randoms(use_true_random=False),
+    delays=st.lists(st.tuples(delay, delay, delay), min_size=1, max_size=150),
+)
+def test_a_fixed_window_aligned_to_the_learnt_server_clock_brings_no_refusal(
+    rule, threads, epoch_fraction, offset_ms, resolution_ms, readings, draw, delays
+):
+    """The server's clock at a random offset, shown by its Dates (or its time endpoint) before and during the
+    ride; stamps anywhere the latencies put them; judged by the server's own fixed window at that offset."""
+    dates = ServerDates(SERVER_EPOCH + epoch_fraction, offset_ms, resolution_ms)
+    dates.teach_before(draw, readings)
+    sends = [Send(0, incoming, work, outgoing) for incoming, work, outgoing in delays]
+    result = ride([[(rule.new_state(dates.clock), rule.cost)]], sends, threads, on_answer=dates.read)
+    assert refusals(result, [(rule, {0: "key"})], dates.epoch, offset_ms) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rule=costed(st.builds(LimitRule, st.just("fixed"), st.just("fixed-window"), limit=st.integers(1, 20),
+                          period_ms=st.integers(300, 1000))),
+    round_trip=st.floats(0.001, 0.05),
+    stamp_share=st.floats(0, 1),
+    offset_ms=st.integers(-5000, 5000),
+    seed=st.integers(0, 2**32),
+)
+def test_a_fixed_window_reaches_its_aligned_ceiling_once_the_server_clock_is_learnt(
+    rule, round_trip, stamp_share, offset_ms, seed
+):
+    """Dates at random instants (spread as a run's are, not as hypothesis shrinks them) place the windows to
+    within a few tens of ms: every window's sends leave at its start (threads enough for all of them) and the
+    rate comes within 3 % of L / P, above the rolling ring's."""
+    draw = random.Random(seed)
+    dates = ServerDates(SERVER_EPOCH + draw.random(), offset_ms)
+    dates.teach_before(draw, 60)
+    state = rule.new_state(dates.clock)
+    sends = [Send(0, round_trip * stamp_share, 0.0, round_trip * (1 - stamp_share))] * (40 * rule.limit + 20)
+    result = ride([[(state, rule.cost)]], sends, rule.limit // rule.cost, on_answer=dates.read)
+    assert result.steady_rate == pytest.approx(rule.ceiling(round_trip), rel=0.03)
+    assert rule.ceiling(round_trip) == rule.limit // rule.cost / (rule.period_ms / 1000)
+    assert refusals(result, [(rule, {0: "key"})], dates.epoch, offset_ms) == 0
+
+
+def test_a_fixed_window_is_the_rolling_ring_while_the_server_clock_is_unknown():
+    """No reading yet, then readings too far apart to place a window (wider than half of one): the same sends
+    leave at the same instants as through the ring of the same figures."""
+    rule = LimitRule("fixed", "fixed-window", limit=5, period_ms=200)
+    sends = [Send(0, 0.01, 0.0, 0.02)] * 60
+    unknown = ServerClock(lambda: 0.0)
+    wide = ServerClock(lambda: 0.0)
+    for _ in range(3):
+        wide.observe(1_000_000, 0.0, 150.0)  # the offset known to within 150 ms: more than half a window
+    ring = ride([[(WindowRing(5, 0.2 + MS_GUARD), 1)]], sends, threads=5)
+    for clock in (unknown, wide):
+        assert ride([[(rule.new_state(clock), 1)]], sends, threads=5).sent_at == ring.sent_at
+
+
+def midpoint_ride(rule: LimitRule, offset_ms: int) -> tuple[Ride, float]:
+    """A clock learnt from readings whose round trip came all before the stamp (the offset at the interval's low
+    end, 100 ms below its middle), read no more; sends stamped as they leave. Returns the ride and the epoch."""
+    epoch = SERVER_EPOCH + 0.3
+    dates = ServerDates(epoch, offset_ms, resolution_ms=1)
+    for at in (-3.0, -2.0, -1.0):
+        dates.read(at - 0.2, at, at)  # 200 ms on the way in, none back
+    sends = [Send(0, 0.0, 0.0, 0.01)] * (20 * rule.limit)
+    return ride([[(rule.new_state(dates.clock), 1)]], sends, threads=rule.limit), epoch
+
+
+def test_the_windows_are_placed_by_the_learnt_interval_never_its_middle(monkeypatch):
+    """The ride above brings no refusal; the same state placing windows by the middle of what it learnt (one
+    offset, as if it were known) sends each window's burst 100 ms early, into the full window before it."""
+    rule = LimitRule("fixed", "fixed-window", limit=5, period_ms=1000)
+    result, epoch = midpoint_ride(rule, offset_ms=250)
+    assert refusals(result, [(rule, {0: "key"})], epoch, 250) == 0
+    interval = ServerClock.interval
+
+    def middle(clock: ServerClock, at_ms: float) -> tuple[float, float] | None:
+        bounds = interval(clock, at_ms)
+        return None if bounds is None else ((bounds[0] + bounds[1]) / 2,) * 2
+
+    monkeypatch.setattr(ServerClock, "interval", middle)
+    result, epoch = midpoint_ride(rule, offset_ms=250)
+    assert refusals(result, [(rule, {0: "key"})], epoch, 250) > 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(rule=fixed_windows, draw=st.randoms(use_true_random=False), threads=st.integers(1, 6),
+       hold=st.sampled_from([0.0, 0.05, 0.3]), sends=st.integers(5, 120), offset_ms=st.integers(-5000, 5000),
+       resolution_ms=st.sampled_from([1, 1000]))
+def test_no_placement_of_stamps_within_what_an_aligned_window_knows_brings_a_refusal(
+    rule, draw, threads, hold, sends, offset_ms, resolution_ms
+):
+    """The worst the worker does (mixed costs, cancels, unanswered holds settled out of order, late signs), each
+    stamp anywhere in [send, bound], on a clock learnt before the ride."""
+    dates = ServerDates(SERVER_EPOCH + draw.random(), offset_ms, resolution_ms)
+    dates.teach_before(draw, 60)
+    stamps = sorted(adversarial_ride(rule.new_state(dates.clock), rule.largest_send, draw, sends, threads, hold))
+    model = server_model(rule, offset_ms)
+    refused = [stamp for stamp, _, cost, _ in stamps if not model.admit(int((stamp + dates.epoch) * 1000), cost)]
+    assert refused == [], f"{rule} refused at {refused[:3]} (epoch {dates.epoch}, offset {offset_ms} ms)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(rule=fixed_windows, seed=st.integers(0, 2**32),
+       steps=st.lists(st.tuples(st.floats(0, 0.5), st.booleans(), st.integers(1, 3)), max_size=40))
+def test_an_aligned_window_s_budget_left_is_the_largest_send_that_fits_now(rule, seed, steps):
+    dates = ServerDates(SERVER_EPOCH, 0, resolution_ms=1)
+    dates.teach_before(random.Random(seed), 3)
+    assert_budget_left_fits(rule.new_state(dates.clock), steps)
+
+
+def test_a_fixed_window_whose_clock_grew_loose_hands_back_to_the_ring_only_once_its_own_sends_are_out():
+    """Two sends the windows let through; the clock then too loose to place a window (here: a widened guard),
+    nothing goes while they are in flight, and the ring, which did not vet them, decides again only once
+    they surely left their window."""
+    rule = LimitRule("fixed", "fixed-window", limit=2, period_ms=50)
+    dates = ServerDates(SERVER_EPOCH, 0, resolution_ms=1)
+    for at in (-3.0, -2.0, -1.0):
+        dates.read(at, at, at)  # the offset to within a millisecond
+    state = rule.new_state(dates.clock)
+    tokens = [state.take(0.0, 1) for _ in range(2)]
+    for _ in range(3):
+        state.widen()  # 5 ms more of guard each side, each time: 31 ms, more than half the 50 ms window
+    assert state.ready_at(0.01, 1) == math.inf
+    for token in tokens:
+        state.settle(token, 0.02)
+    assert state.ready_at(0.03, 1) >= 0.02 + 0.05

@@ -7,6 +7,7 @@ import threading
 from typing import Callable, Sequence
 
 from .rules import LimitRule, RuleState, memory_of
+from .timestamps import ServerClock
 
 __all__ = ["RuleScopes", "SharedRule"]
 
@@ -49,12 +50,15 @@ class RuleScopes:
     ``account`` rule one per account (a key the keys file names no account for is its own account), a
     ``host`` rule one for every key of this daemon, an ``endpoint`` rule one per endpoint of each key.
     ``states_of`` is called once per key, before it sends. ``endpoint``: the profile's own (``METHOD /path``),
-    which each key's limiter costs a usual send by; ``endpoints``: the others an input line may name."""
+    which each key's limiter costs a usual send by; ``endpoints``: the others an input line may name;
+    ``server_clock``: the learnt server clock a fixed window is aligned to (None: honoured as a rolling one)."""
 
-    def __init__(self, rules: Sequence[LimitRule], endpoint: str = "", endpoints: Sequence[str] = ()) -> None:
+    def __init__(self, rules: Sequence[LimitRule], endpoint: str = "", endpoints: Sequence[str] = (),
+                 server_clock: ServerClock | None = None) -> None:
         if not rules:
             raise ValueError("at least one limit rule is needed")
         self.rules = tuple(rules)
+        self._server_clock = server_clock
         self.endpoint = endpoint
         self._endpoints = tuple(dict.fromkeys((endpoint, *endpoints)))
         self._shared: dict[tuple[int, str], SharedRule] = {}
@@ -68,14 +72,14 @@ class RuleScopes:
         shared: list[tuple[RuleState | SharedRule, LimitRule]] = []
         for index, rule in enumerate(self.rules):
             if rule.scope == "endpoint":
-                own += [(part.new_state(), part) for part in map(rule.at, self._endpoints)]
+                own += [(part.new_state(self._server_clock), part) for part in map(rule.at, self._endpoints)]
                 continue
             group = {"key": "", "account": f"account {account}" if account else "", "host": "host"}[rule.scope]
             if not group:
-                own.append((rule.new_state(), rule))
+                own.append((rule.new_state(self._server_clock), rule))
                 continue
             if (index, group) not in self._shared:
-                self._shared[index, group] = SharedRule(rule.new_state(), f"{rule.name} ({group})")
+                self._shared[index, group] = SharedRule(rule.new_state(self._server_clock), f"{rule.name} ({group})")
             shared.append((self._shared[index, group], rule))
         return own + shared
 

@@ -1,22 +1,35 @@
-"""Timestamps in place of nonces, for an API that checks ``|server time - timestamp| < recv_window``: our wall
+"""Timestamps in place of nonces, for an API that checks ``|server time - timestamp| < recv_window``: our
 clock corrected by an estimate of the server's clock, learnt from its answers (``Date``) or a time endpoint."""
 
 from __future__ import annotations
 
+import collections
 import email.utils
 import math
 import threading
 import time
 from typing import Callable
 
-__all__ = ["ServerClock", "ServerTimestamps"]
+__all__ = ["AGREE", "ServerClock", "ServerTimestamps"]
 
-#: Wall-clock milliseconds since the epoch, as a float (the host's clock; tests pass a fake).
-WallMillis = Callable[[], float]
+#: Milliseconds of a clock, as a float: ours (the daemon's monotonic clock), or the wall clock (a guess).
+Millis = Callable[[], float]
+#: Readings that must agree before the estimate is used: a lone reading may come from a skewed node.
+AGREE = 3
+#: Of the last ``RECENT`` readings, ``STEP`` that agree among themselves and not with the estimate mean the
+#: server's clock was set: a majority, so one skewed node among several never moves the estimate.
+RECENT, STEP = 9, 5
+#: How fast two clocks may drift apart (100 ppm, a crystal's worst): each edge of the interval widens by
+#: this much per ms since a reading last set it, so the interval keeps holding the offset between readings.
+DRIFT = 1e-4
 
 
 def wall_millis() -> float:
     return time.time_ns() / 1e6
+
+
+def monotonic_millis() -> float:
+    return time.monotonic() * 1000
 
 
 class ServerClock:
@@ -24,17 +37,25 @@ class ServerClock:
 
     A stamp ``T`` read between our ``sent`` and ``received`` says the offset lies in
     ``[T - received, T + resolution - sent]`` (a ``Date`` header has whole seconds:
-    resolution 1000 ms). Every stamp narrows the interval kept; the estimate is its
-    middle. Stamps taken across second boundaries narrow it to a few ms. A stamp
-    that disagrees with the interval (the server's clock or ours was set) starts it
-    anew from that stamp alone. Safe to call from every worker at once.
+    resolution 1000 ms). The estimate is the interval every reading that agrees with it
+    narrows (stamps taken across second boundaries narrow it to a few ms), widened by
+    ``DRIFT`` as it ages. A reading that disagrees (a skewed node, or the clock was set)
+    moves it by nothing: only ``STEP`` of the last ``RECENT`` readings agreeing among
+    themselves start it anew from their common part. It is ``learnt`` once ``AGREE``
+    readings agree. Ours is ``local_ms``: the daemon's monotonic clock, so a limit rule
+    can map its own instants to the server's; ``guess_ms`` (the wall clock) stands in
+    for ``now_ms`` until a reading came. Safe to call from every worker at once.
     """
 
-    def __init__(self, wall_ms: WallMillis = wall_millis) -> None:
-        self.wall_ms = wall_ms
-        # Guards the interval and the estimate; held only for the arithmetic.
+    def __init__(self, local_ms: Millis = monotonic_millis, guess_ms: Millis = wall_millis) -> None:
+        self.local_ms = local_ms
+        self._guess_ms = guess_ms
+        # Guards the interval, its ages, the count and the recent readings; held only for the arithmetic.
         self._lock = threading.Lock()
         self._low, self._high = -math.inf, math.inf
+        self._low_at = self._high_at = 0.0  # when (local ms) a reading last set each edge
+        self._agreed = 0  # readings merged into the interval since it last started
+        self._recent: collections.deque[tuple[float, float, bool]] = collections.deque(maxlen=RECENT)
         self._offset = 0.0  # read without the lock: a float attribute is read whole
         self._date: tuple[str, float] = ("", 0.0)  # the last Date header read and its value (parsed once), as one
 
@@ -47,14 +68,30 @@ class ServerClock:
 
     @property
     def learnt(self) -> bool:
-        return math.isfinite(self._high - self._low)
+        return self._agreed >= AGREE
+
+    def interval(self, at_ms: float) -> tuple[float, float] | None:
+        """The offset's bounds (ms) at our ``at_ms``, aged by the drift; None until ``learnt``."""
+        with self._lock:
+            if self._agreed < AGREE:
+                return None
+            return self._aged(at_ms)
+
+    def _aged(self, at_ms: float) -> tuple[float, float]:
+        """The interval widened by the drift since each edge was set; called with the lock held."""
+        return (self._low - DRIFT * max(0.0, at_ms - self._low_at),
+                self._high + DRIFT * max(0.0, at_ms - self._high_at))
 
     def now_ms(self) -> float:
-        """The server's clock as we estimate it now."""
-        return self.wall_ms() + self._offset
+        """The server's clock as we estimate it now (the guess until a reading came)."""
+        return self.local_ms() + self._offset if self._agreed else self._guess_ms()
+
+    def ahead_of_guess_ms(self) -> float:
+        """How far ahead of the guess (the wall clock) the server's clock is estimated now: for the log."""
+        return self.now_ms() - self._guess_ms()
 
     def observe_date(self, date: str | None, sent_ms: float, received_ms: float) -> None:
-        """An answer's ``Date`` header, read from an answer to a request sent at ``sent_ms`` (our wall clock)."""
+        """An answer's ``Date`` header, read from an answer to a request sent at ``sent_ms`` (our ``local_ms``)."""
         if not date:
             return
         last, last_ms = self._date
@@ -73,19 +110,42 @@ class ServerClock:
         """A server stamp ``server_ms`` (true to ``resolution_ms``) taken between ``sent_ms`` and ``received_ms``."""
         low, high = server_ms - received_ms, server_ms + resolution_ms - sent_ms
         with self._lock:
-            narrowed_low, narrowed_high = max(low, self._low), min(high, self._high)
-            if narrowed_low > narrowed_high:  # a clock was set: what was learnt no longer holds
-                narrowed_low, narrowed_high = low, high
-            self._low, self._high = narrowed_low, narrowed_high
-            self._offset = (narrowed_low + narrowed_high) / 2
+            aged_low, aged_high = self._aged(received_ms)
+            agrees = max(low, aged_low) <= min(high, aged_high)
+            self._recent.append((low, high, agrees))
+            if agrees:
+                if low > aged_low:
+                    self._low, self._low_at = low, received_ms
+                if high < aged_high:
+                    self._high, self._high_at = high, received_ms
+                self._agreed += 1
+            else:
+                step = self._step()
+                if step is None:
+                    return
+                (self._low, self._high), self._agreed = step
+                self._low_at = self._high_at = received_ms
+                self._recent.clear()
+            self._offset = (self._low + self._high) / 2
+
+    def _step(self) -> tuple[tuple[float, float], int] | None:
+        """The part that most of the recent disagreeing readings share, and how many share it, if ``STEP`` or
+        more do (the clock was set); else None. Called with the lock held."""
+        dissent = [(low, high) for low, high, agrees in self._recent if not agrees]
+        best: tuple[tuple[float, float], int] | None = None
+        for point, _ in dissent:  # the deepest point of intervals is one of their lower ends
+            sharing = [(low, high) for low, high in dissent if low <= point <= high]
+            if len(sharing) >= STEP and (best is None or len(sharing) > best[1]):
+                best = (max(low for low, _ in sharing), min(high for _, high in sharing)), len(sharing)
+        return best
 
 
 class ServerTimestamps:
-    """A key's "nonces" for a timestamp API: the server's clock as estimated now, in ms or µs. Not strictly
+    """A key's "nonces" for a timestamp API: the server's clock as estimated now, in ms, µs or s. Not strictly
     increasing (the server does not ask it), so a corrected estimate takes effect on the next send. The
     interface of ``NonceGenerator``, shared by every key."""
 
-    def __init__(self, clock: ServerClock, per_ms: int = 1) -> None:
+    def __init__(self, clock: ServerClock, per_ms: float = 1) -> None:
         self._clock = clock
         self._per_ms = per_ms
         self._last = 0

@@ -6,6 +6,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from ..timestamps import ServerClock
+from .aligned_window import AlignedWindow
 from .base import MS_GUARD, RuleState
 from .gcra import Gcra
 from .window_ring import WindowRing
@@ -122,11 +124,14 @@ class LimitRule:
         """This rule counted for ``endpoint`` alone: an endpoint-scoped rule's part for one endpoint of a key."""
         return replace(self, name=f"{self.name} ({endpoint})", scope="key", only=endpoint)
 
-    def new_state(self) -> RuleState:
-        """A fresh client-side state of this rule (one per scope that shares it)."""
+    def new_state(self, server_clock: ServerClock | None = None) -> RuleState:
+        """A fresh client-side state of this rule (one per scope that shares it). A fixed window is aligned to
+        the windows ``server_clock`` places once it is learnt; without one, it is honoured as a rolling window
+        of the same figures: safe whatever its alignment."""
         period = self.period_ms / 1000
+        if self.algorithm == "fixed-window" and server_clock is not None:
+            return AlignedWindow(self.limit, period, server_clock)
         if self.algorithm in ("rolling-window", "fixed-window"):
-            # A fixed window is honoured as a rolling one of the same figures: safe whatever its alignment.
             return WindowRing(self.limit, period + MS_GUARD)
         if self.algorithm == "concurrency":
             return WindowRing(self.max, 0.0)
@@ -160,9 +165,13 @@ class LimitRule:
 
     def ceiling(self, round_trip: float, cost: int | None = None) -> float:
         """Sends per second this rule allows a client that cannot see the stamps, at ``cost`` per send (the
-        rule's own if a constant, else 1) and a steady ``round_trip`` (seconds): the strike-free ceiling."""
+        rule's own if a constant, else 1) and a steady ``round_trip`` (seconds): the strike-free ceiling. A fixed
+        window's is the aligned one, once the server's clock is learnt (to a width that, with the round trip and a
+        guard on each side, fits in a period): every window's units sent at its start and answered inside it."""
         cost = cost if cost is not None else self.cost if isinstance(self.cost, int) else 1
         period = self.period_ms / 1000
+        if self.algorithm == "fixed-window" and round_trip + 2 * MS_GUARD < period:
+            return self.limit // cost / period
         if self.algorithm in ("rolling-window", "fixed-window"):  # whole sends per ring, each cycling once
             return self.limit // cost / (period + MS_GUARD + round_trip)
         if self.algorithm == "concurrency":
