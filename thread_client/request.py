@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 __all__ = [
-    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Request", "UnknownFate",
-    "Work", "endpoint_fields", "parse_line",
+    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Number", "Params", "Request",
+    "UnknownFate", "Work", "endpoint_fields", "json_text", "parse_line", "read_json",
 ]
 
 
@@ -36,6 +36,43 @@ class FinalOutcome(enum.Enum):
         words = self.value.replace("_", " ")
         return f"{words}: {detail}" if detail else words
 
+class Number(str):
+    """A JSON number as the input line wrote it (``0.00001``, ``1E+3``, ``-7``, 30 digits): sent as this very
+    text, in a query, a form or a JSON body, never through a float (``1e-05``) or an int."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Number({str.__repr__(self)})"
+
+
+#: A parameter's value as the line gave it: a string, a ``Number``, a boolean, null, or (for a JSON body) an
+#: object or array of them.
+Value = str | bool | None | list | dict
+Params = dict[str, Value]
+
+
+def read_json(raw: bytes | str) -> object:
+    """``raw`` as JSON, each number a ``Number`` that keeps its text (NaN and Infinity are no JSON: ValueError)."""
+    return json.loads(raw, parse_float=Number, parse_int=Number, parse_constant=_no_constant)
+
+
+def json_text(value: object) -> str:
+    """``value`` as compact JSON, as ``json.dumps`` writes it, save that a ``Number`` keeps its own text: what
+    ``read_json`` reads back to the same values."""
+    if isinstance(value, Number):
+        return str.__str__(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(name))}:{json_text(item)}" for name, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(map(json_text, value)) + "]"
+    return json.dumps(value)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is no JSON number")
+
+
 #: Names the contract uses itself: a request's own parameters may not take them.
 RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
 MAX_ID_LENGTH = 256
@@ -46,12 +83,12 @@ MAX_LINE_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """One request to send: the user's id (sent as ``req_id``) and its parameters, as strings; the
+    """One request to send: the user's id (sent as ``req_id``) and its parameters as the line gave them; the
     ``method`` and ``path`` it goes to ("": the profile's, as the line leaves them to it) and its ``weight``
     (what a limit whose cost is ``"weight"`` counts it as)."""
 
     id: str
-    params: dict[str, str] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
     receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
     where: str = ""  # where the source read it (``line 12``), as its final record says
@@ -61,7 +98,7 @@ class Work:
 
     def as_line(self) -> str:
         """The request as an input line that reads back to it (a work stream's entry)."""
-        return json.dumps({"id": self.id, "params": self.params, **endpoint_fields(self)})
+        return json_text({"id": self.id, "params": self.params, **endpoint_fields(self)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +138,7 @@ class Request:
 
     req_id: str
     created_at: float
-    params: dict[str, str] = field(default_factory=dict)  # the user's parameters, sent with each attempt
+    params: Params = field(default_factory=dict)  # the user's parameters, sent with each attempt
     resumed: bool = False  # in flight when an earlier run crashed
     receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
     where: str = ""  # where the source read it (``line 12``, ``entry 1700000000000-0``)
@@ -168,7 +205,7 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     if len(raw) > MAX_LINE_BYTES:
         return InvalidInput(where, "", f"longer than {MAX_LINE_BYTES} bytes")
     try:
-        value = json.loads(raw)
+        value = read_json(raw)
     except ValueError:
         return InvalidInput(where, "", "not JSON")
     except RecursionError:
@@ -176,19 +213,19 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     if not isinstance(value, dict):
         return InvalidInput(where, "", "not a JSON object")
     request_id = value.get("id")
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_ID_LENGTH:
+    if not _is_text(request_id) or not 0 < len(request_id) <= MAX_ID_LENGTH:
         return InvalidInput(where, "", f"no \"id\" string of 1 to {MAX_ID_LENGTH} characters")
     if not _encodable(request_id):
         return InvalidInput(where, "", "the id is not valid Unicode (a lone surrogate)")
     unknown = set(value) - {"id", "params", "method", "path", "weight"}
     if unknown:
         return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
-    method, path, weight = value.get("method", ""), value.get("path", ""), value.get("weight", 1)
-    if not isinstance(method, str) or "method" in value and not method:
+    method, path, weight = value.get("method", ""), value.get("path", ""), _whole(value.get("weight", Number(1)))
+    if not _is_text(method) or "method" in value and not method:
         return InvalidInput(where, request_id, '"method" is not a method name such as "POST"')
-    if not isinstance(path, str) or "path" in value and not path.startswith("/"):
+    if not _is_text(path) or "path" in value and not path.startswith("/"):
         return InvalidInput(where, request_id, '"path" is not a path starting with /')
-    if not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
+    if weight is None or weight < 1:
         return InvalidInput(where, request_id, '"weight" is not a positive integer')
     params = value.get("params", {})
     if not isinstance(params, dict):
@@ -196,17 +233,37 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     reserved = RESERVED_PARAMS & set(params)
     if reserved:
         return InvalidInput(where, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
-    as_text = {}
-    for name, scalar in params.items():
-        if isinstance(scalar, bool):
-            as_text[name] = "true" if scalar else "false"
-        elif isinstance(scalar, str) or (isinstance(scalar, (int, float)) and math.isfinite(scalar)):
-            as_text[name] = str(scalar)
-        else:
-            return InvalidInput(where, request_id, f"parameter {name!r} is not a string, number or boolean")
-        if not (_encodable(name) and _encodable(as_text[name])):
+    for name, param in params.items():
+        try:
+            encodable = _encodable(name) and _all_encodable(param)
+        except RecursionError:
+            return InvalidInput(where, request_id, "nested too deep")
+        if not encodable:
             return InvalidInput(where, request_id, f"parameter {name!r} is not valid Unicode (a lone surrogate)")
-    return Work(request_id, as_text, where=where, method=method, path=path, weight=weight)
+    return Work(request_id, params, where=where, method=method, path=path, weight=weight)
+
+
+def _is_text(value: object) -> bool:
+    """Whether ``value`` is a JSON string (a ``Number`` is a str, but no string)."""
+    return isinstance(value, str) and not isinstance(value, Number)
+
+
+def _whole(value: object) -> int | None:
+    """A JSON number written as a whole number (``4``; not ``4.0``, ``"4"`` or ``true``), else None."""
+    if not isinstance(value, Number) or not value.lstrip("-").isdecimal() or len(value) > 18:
+        return None
+    return int(value)
+
+
+def _all_encodable(value: Value) -> bool:
+    """Whether every string in ``value`` (names of nested objects too) can be sent as UTF-8."""
+    if isinstance(value, str):
+        return _encodable(value)
+    if isinstance(value, dict):
+        return all(_encodable(name) and _all_encodable(item) for name, item in value.items())
+    if isinstance(value, list):
+        return all(map(_all_encodable, value))
+    return True
 
 
 def _encodable(text: str) -> bool:

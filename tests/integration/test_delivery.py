@@ -7,6 +7,7 @@ import collections
 import json
 import math
 import os
+import re
 
 from conftest import run_client
 from full_disk import FillingDisk
@@ -170,12 +171,12 @@ def test_exactly_once_every_send_leaves_only_after_its_journal_line_is_on_the_di
     checked: list[int] = []
 
     def checked_send(send):
-        def send_after_the_check(nonce, req_id, params=None, method="", path=""):
+        def send_after_the_check(nonce, req_id, params=None, method="", path="", on_sent=None):
             with open(journal, "rb") as lines:
                 durable = lines.read(synced[journal])
-            assert f'"nonce": {nonce}'.encode() in durable, f"nonce {nonce} sent before its line was synced"
+            assert re.search(rf'"nonce": ?{nonce}\b'.encode(), durable), f"nonce {nonce} sent before its line was synced"
             checked.append(nonce)
-            return send(nonce, req_id, params, method, path)
+            return send(nonce, req_id, params, method, path, on_sent)
         return send_after_the_check
 
     for worker in daemon.workers:

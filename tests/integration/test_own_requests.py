@@ -129,7 +129,8 @@ def test_params_travel_in_the_query_a_form_body_or_a_json_body(tmp_path):
             assert result.returncode == 0, result.stdout
             sent = {fields["req_id"]: fields for fields in Recorder.seen}
             assert set(sent) == {"order-1", "order-2", "order-3"}
-            assert sent["order-2"][f"{prefix}amount"] == "2" and sent["order-2"][f"{prefix}side"] == "buy"
+            amount = 2 if mode == "json" else "2"  # a JSON body keeps the line's number a number
+            assert sent["order-2"][f"{prefix}amount"] == amount and sent["order-2"][f"{prefix}side"] == "buy"
             assert sent["order-2"]["api_key"] == KEYS[0] and sent["order-2"]["nonce"].isdigit()
     finally:
         server.shutdown()

@@ -49,7 +49,7 @@ def test_profile_list_and_show(capsys):
 BROKEN = [
     ("[request]\nmethod = \"GET\"\nverb = \"x\"\n", 3, "unknown field 'verb' in [request]"),
     ("[requests]\nmethod = \"GET\"\n", 1, "unknown table [requests]"),
-    ("[request]\nmethod = \"PATCH\"\n", 2, "method must be one of GET, POST, PUT, DELETE"),
+    ("[request]\nmethod = \"TRACE\"\n", 2, "method must be one of GET, POST, PUT, PATCH, DELETE"),
     ("[request]\npath = 5\n", 2, "path must be a string, got 5"),
     ("[request]\npath = \"api\"\n", 2, "path must start with /"),
     ("[request]\nkey_param = \"k\"\nkey_header = \"K\"\n", 3, "key_param or key_header, not both"),
@@ -86,7 +86,7 @@ BROKEN = [
     ("[request]\npath = \"/ordér\"\n", 2, "non-ASCII"),
     ("[[answers.rule]]\nstatus = 200\nfield = \"x\"\nequals = nan\noutcome = \"accepted\"\n", 4, "finite"),
     ("[request]\nendpoints = \"POST /api/order\"\n", 2, "endpoints must be an array"),
-    ("[request]\n\nendpoints = [\"PATCH /api/order\"]\n", 3, "endpoints must each be \"METHOD /path\""),
+    ("[request]\n\nendpoints = [\"TRACE /api/order\"]\n", 3, "endpoints must each be \"METHOD /path\""),
     ("[request]\nendpoints = [\"POST api/order\"]\n", 2, "got 'POST api/order'"),
     ("[request]\nendpoints = [5]\n", 2, "got 5"),
     ("[[limit]]\nalgorithm = \"rolling-window\"\nlimit = 5\nperiod_ms = 1000\ncost = { \"POST /api/order\" = 2 }\n", 5,
@@ -104,7 +104,7 @@ def test_profile_check_names_the_line_of_every_error(tmp_path, capsys, text, lin
 
 
 def test_every_error_is_reported_at_once():
-    text = "[request]\nmethod = \"PATCH\"\nverb = 1\n[nonce]\nstyle = \"x\"\n"
+    text = "[request]\nmethod = \"TRACE\"\nverb = 1\n[nonce]\nstyle = \"x\"\n"
     with pytest.raises(ProfileError) as raised:
         read_profile(text, "p.toml")
     assert [error.split(": ")[0] for error in raised.value.errors] == ["p.toml:2", "p.toml:3", "p.toml:5"]

@@ -27,7 +27,7 @@ from thread_client.selectable_event import SelectableEvent
 
 @pytest.mark.parametrize("line, expected", [
     (b'{"id": "a1", "params": {"amount": 5, "side": "buy", "px": 1.5, "post": true}}',
-     Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": "true"}, where="line 7")),
+     Work("a1", {"amount": "5", "side": "buy", "px": "1.5", "post": True}, where="line 7")),
     (b'{"id": "a2"}', Work("a2", {}, where="line 7")),
     (b"not json", InvalidInput("line 7", "", "not JSON")),
     (b"[1, 2]", InvalidInput("line 7", "", "not a JSON object")),
@@ -36,15 +36,19 @@ from thread_client.selectable_event import SelectableEvent
     (b'{"id": "a3", "param": {}}', InvalidInput("line 7", "a3", "unknown field(s) param")),
     (b'{"id": "a4", "params": [1]}', InvalidInput("line 7", "a4", '"params" is not an object')),
     (b'{"id": "a5", "params": {"nonce": 1, "api_key": "k"}}', InvalidInput("line 7", "a5", "reserved parameter name(s) api_key, nonce")),
-    (b'{"id": "a6", "params": {"x": null}}', InvalidInput("line 7", "a6", "parameter 'x' is not a string, number or boolean")),
-    (b'{"id": "a7", "params": {"x": {"y": 1}}}', InvalidInput("line 7", "a7", "parameter 'x' is not a string, number or boolean")),
+    # Null, objects and arrays are read as they are: where the params go as text, the profile refuses them (``Endpoints``).
+    (b'{"id": "a6", "params": {"x": null}}', Work("a6", {"x": None}, where="line 7")),
+    (b'{"id": "a7", "params": {"x": {"y": [1, true]}}}', Work("a7", {"x": {"y": ["1", True]}}, where="line 7")),
     # Lines that used to raise out of the parser and stop the file for good:
     (b'{"id": "\\ud800"}', InvalidInput("line 7", "", "the id is not valid Unicode (a lone surrogate)")),
     (b'{"id": "a8", "params": {"x": "\\udfff"}}', InvalidInput("line 7", "a8", "parameter 'x' is not valid Unicode (a lone surrogate)")),
     (b"[" * 1000 + b"]" * 1000, InvalidInput("line 7", "", "nested too deep")),
     (b'{"id": ' * 100_000, InvalidInput("line 7", "", "nested too deep")),
     (b"\xff\xfe{}", InvalidInput("line 7", "", "not JSON")),
-    (b'{"id": "a9", "params": {"x": ' + b"9" * 5000 + b"}}", InvalidInput("line 7", "", "not JSON")),
+    (b'{"id": "a9", "params": {"x": ' + b"9" * 5000 + b"}}", Work("a9", {"x": "9" * 5000}, where="line 7")),
+    (b'{"id": "a10", "params": {"x": NaN}}', InvalidInput("line 7", "", "not JSON")),
+    (b'{"id": "a11", "params": {"x": {"\\udfff": 1}}}', InvalidInput("line 7", "a11", "parameter 'x' is not valid Unicode (a lone surrogate)")),
+    (b'{"id": 12}', InvalidInput("line 7", "", 'no "id" string of 1 to 256 characters')),
     # A request's own endpoint and weight, which the profile then checks (``Endpoints``):
     (b'{"id": "e1", "method": "POST", "path": "/api/order", "weight": 4}',
      Work("e1", {}, where="line 7", method="POST", path="/api/order", weight=4)),

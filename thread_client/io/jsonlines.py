@@ -7,11 +7,12 @@ import json
 import logging
 import os
 import threading
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 from ..errors import OutputInUse
 
-__all__ = ["GroupCommit", "JsonLinesFile", "JsonLinesOutput"]
+__all__ = ["GroupCommit", "JsonLinesFile", "JsonLinesOutput", "json_objects"]
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class JsonLinesFile:
         relied_on: bool = False,
         exclusive: bool = False,
         write: Callable[[int, bytes], int] = os.write,
+        encode: Callable[[dict], str] = json.dumps,
     ) -> None:
         self.path = str(path)
+        self._encode = encode  # a record's line: json.dumps, or one that keeps the params' numbers as written
         self._fd = 1 if self.path == "-" else os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         if exclusive and self._fd != 1:
             _lock_for_this_process(self._fd, self.path)
@@ -105,7 +108,7 @@ class JsonLinesFile:
         return f"<JsonLinesFile {self.path}>"
 
     def append(self, record: dict) -> None:
-        line = json.dumps(record)
+        line = self._encode(record)
         with self._lock:
             fd = self._fd  # the file this line went to, synced below even if a close comes meanwhile
             try:
@@ -193,3 +196,18 @@ class JsonLinesOutput:
         """Close the file; idempotent. Records after a close are kept in memory, not lost."""
         if self._file is not None:
             self._file.close()
+
+
+def json_objects(path: Path, loads: Callable[[bytes], object] = json.loads) -> Iterator[dict]:
+    """The JSON objects of the lines of ``path``, each read by ``loads`` (none if the file does not exist); a
+    line a crash cut short is skipped."""
+    if not path.exists():
+        return
+    with path.open("rb") as lines:
+        for line in lines:
+            try:
+                record = loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record

@@ -3,12 +3,14 @@ key and worker, so each send only fills in its nonce, its id and its parameters.
 
 from __future__ import annotations
 
-import json
+import time
 from urllib.parse import quote, urlencode
 
-from ..profile import NonceShape, RequestShape, SignedParts, Signer, Signing
+from ..profile import NonceShape, RequestShape, Secret, SignedParts, Signer, Signing
+from ..profile.model import USER_AGENT, template_fields
+from ..request import Params, json_text
 
-__all__ = ["ParameterTaken", "RequestWriter"]
+__all__ = ["ParameterTaken", "RequestWriter", "iso_ms"]
 
 
 class ParameterTaken(ValueError):
@@ -19,21 +21,27 @@ _JSON = "application/json"
 
 
 class RequestWriter:
-    """Builds every attempt of one key. The API key, its parameter and the static headers are formatted
-    here once; ``write`` joins them with the nonce, the id and the user's parameters.
+    """Builds every attempt of one key. The API key, its parameter and the headers that name no more than
+    the key and its ``secret`` are formatted here once; ``write`` joins them with the nonce, the id, the
+    user's parameters and the headers filled per request (``{timestamp}``, ``{signature}``).
 
     Where each field goes: the user's parameters where ``params_in`` says (the query string, a form
-    body or a JSON body); the key, nonce, receive window and id params (those the profile does not put
-    in headers) in the query string, or with the parameters in the body (``fields_in = "body"``); a
-    signature param last in the query string, over everything before it.
+    body or a JSON body), each number as the input line wrote it; the key, nonce, receive window and id
+    params (those the profile does not put in headers) in the query string, or with the parameters in the
+    body (``fields_in = "body"``); a signature param last in the query string, over everything before it.
+    A ``User-Agent`` goes with every request unless the profile's headers name one.
     """
 
     def __init__(
         self, base_path: str, api_key: str, request: RequestShape = RequestShape(), nonce: NonceShape = NonceShape(),
-        signing: Signing | None = None, signer: Signer | None = None,
+        signing: Signing | None = None, signer: Signer | None = None, secret: Secret | None = None,
     ) -> None:
+        """Raises ValueError if the profile asks for what the key lacks (its signer, its secret), or if the key or
+        its secret cannot go in a header (the value is never shown: it may be the secret)."""
         if (signing is None) != (signer is None):
             raise ValueError("a signing profile needs the key's signer, and only it")
+        if request.names_secret and secret is None:
+            raise ValueError("the profile's headers name {secret}: the key needs one")
         self.method = request.method
         self._base_path = base_path.rstrip("/")
         self.path = self._base_path + request.path
@@ -54,7 +62,20 @@ class RequestWriter:
         window = [f"{quote(self._window_param)}={self._window}"] if self._window_param else []
         self._after_nonce = "&".join(window)
         self._id_prefix = f"{quote(self._id_param)}=" if self._id_param else ""
-        self._headers = dict(request.headers)
+        self._secret = secret
+        # Headers whose template names only the key's own fields are the same on every request: filled now.
+        own = {"key": api_key, "secret": secret.reveal() if secret is not None else ""}
+        names_agent = any(name.lower() == "user-agent" for name, _ in request.headers)
+        self._headers = {} if names_agent else {"User-Agent": USER_AGENT}
+        self._templates: list[tuple[str, str]] = []  # (name, template) of the headers filled per request
+        for name, template in request.headers:
+            named = template_fields(template)
+            for field in named & own.keys():  # what a request adds is ASCII: only these may not fit a header
+                _check_header_value(name, own[field])
+            if named <= own.keys():
+                self._headers[name] = template.format_map(own)
+            else:
+                self._templates.append((name, template))
         if request.key_header:
             self._headers[request.key_header] = api_key
         if self._window and nonce.recv_window_header:
@@ -65,6 +86,9 @@ class RequestWriter:
         self._signature_param = signing.param if signing is not None else ""
         self._signature_header = signing.header if signing is not None else ""
         self._stamp_is_time = nonce.is_timestamp
+        self._stamp_text = iso_ms if nonce.style == "timestamp-iso" else str
+        # Whether each request gets headers of its own (a nonce, a signature, a template filled per request).
+        self._own_headers = bool(self._nonce_header or signer is not None or self._templates)
         # A user's parameter may not take a name the profile sends itself (it would replace or repeat it).
         self._reserved = frozenset(name for name in (
             self._key_param, self._nonce_param, self._window_param, self._id_param, self._signature_param) if name)
@@ -73,15 +97,17 @@ class RequestWriter:
         return f"<RequestWriter {self.method} {self.path}>"
 
     def write(
-        self, nonce: int, req_id: str, params: dict[str, str] | None, method: str = "", path: str = "",
+        self, nonce: int, req_id: str, params: Params | None, method: str = "", path: str = "",
     ) -> tuple[str, str, bytes | None, dict[str, str]]:
         """(method, target, body, headers) of one attempt, to the request's own ``method`` and ``path`` if it
-        names them ("": the profile's), signed as sent; the body None when there is none."""
+        names them ("": the profile's), signed as sent; the body None when there is none. ``params`` as the
+        profile's check admitted them (``Endpoints``): where they go as text, each a string (a boolean
+        written ``true``/``false``), never an object, an array or null."""
         method = method or self.method
         path = self._base_path + path if path else self.path
-        stamp = str(nonce)
+        stamp = self._stamp_text(nonce)
         headers = self._headers
-        if self._nonce_header or self._signer is not None:
+        if self._own_headers:
             headers = dict(headers)
             if self._nonce_header:
                 headers[self._nonce_header] = stamp
@@ -93,7 +119,7 @@ class RequestWriter:
             if params:
                 fields.update(params)
             query = "" if self._fields_in_body else self._protocol_query(stamp, req_id)
-            body = json.dumps(fields, separators=(",", ":")) if fields else ""
+            body = json_text(fields) if fields else ""
         else:
             protocol = self._protocol_query(stamp, req_id)
             user = urlencode(params) if params else ""
@@ -107,17 +133,30 @@ class RequestWriter:
             if headers is self._headers:
                 headers = dict(headers)
             headers["Content-Type"] = self._content_type
-        if self._signer is not None:
-            signature = self._signer.sign(SignedParts(
+        if self._signer is not None or self._templates:
+            parts = SignedParts(
                 method, path, query, body, stamp if self._nonce_param or self._nonce_header else "",
                 stamp if self._stamp_is_time else "", self._key, self._window,
-            ))
+            )
+            signature = self._signer.sign(parts) if self._signer is not None else ""
             if self._signature_header:
                 headers[self._signature_header] = signature
-            else:
+            elif self._signature_param:
                 query = _joined(query, f"{quote(self._signature_param)}={quote(signature)}")
+            if self._templates:
+                self._fill(headers, parts, signature)
         target = f"{path}?{query}" if query else path
         return method, target, body.encode() if body else None, headers
+
+    def _fill(self, headers: dict[str, str], parts: SignedParts, signature: str) -> None:
+        """Fill the headers whose templates name what changes per request, as the signature saw it."""
+        values = {
+            "method": parts.method, "path": parts.path, "query": parts.query, "body": parts.body,
+            "nonce": parts.nonce, "timestamp": parts.timestamp, "key": parts.key, "recv_window": parts.recv_window,
+            "secret": self._secret.reveal() if self._secret is not None else "", "signature": signature,
+        }
+        for name, template in self._templates:
+            headers[name] = template.format_map(values)
 
     def _protocol_fields(self, stamp: str, req_id: str) -> dict[str, str]:
         fields = {self._key_param: self._key} if self._key_param else {}
@@ -132,6 +171,22 @@ class RequestWriter:
     def _protocol_query(self, stamp: str, req_id: str) -> str:
         return _joined(f"{self._before_nonce}{stamp}" if self._nonce_param else self._before_nonce.rstrip("&"),
                        self._after_nonce, f"{self._id_prefix}{quote(req_id)}" if self._id_prefix else "")
+
+
+def iso_ms(stamp_ms: int) -> str:
+    """A millisecond timestamp as ISO-8601 UTC with its milliseconds: ``2026-11-25T06:11:05.123Z``."""
+    seconds, ms = divmod(stamp_ms, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{ms:03d}Z"
+
+
+def _check_header_value(name: str, value: str) -> None:
+    """Raises ValueError unless ``value`` can go in a header, never showing it: it may be the key's secret."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"header {name}: the key or its secret is not Latin-1 text") from None
+    if "\r" in value or "\n" in value:
+        raise ValueError(f"header {name}: the key or its secret holds a line break")
 
 
 def _joined(*parts: str) -> str:

@@ -4,15 +4,14 @@ and which sends of the earlier run may still have been accepted."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..delivery import AT_LEAST_ONCE, Delivery
-from ..request import FinalOutcome, InvalidInput, Request, endpoint_fields
-from .jsonlines import JsonLinesFile, JsonLinesOutput
+from ..request import FinalOutcome, InvalidInput, Params, Request, endpoint_fields, json_text, read_json
+from .jsonlines import JsonLinesFile, JsonLinesOutput, json_objects
 from .seen_ids import SeenIds
 
 __all__ = ["EarlierSend", "ResumePoint", "SendJournal", "line_digest"]
@@ -33,7 +32,7 @@ class SendJournal(JsonLinesOutput):
         self.path = f"{results_path}.sent"
         # write: os.write, or a test's full disk
         self._file = JsonLinesFile(self.path, durable=delivery.durable_outputs, relied_on=True, exclusive=True,
-                                   write=write)
+                                   write=write, encode=json_text)  # params as the input line wrote them
         # Exactly-once: each line says so, and only such lines are settled by a restart; a send of an
         # at-least-once run may have been overtaken on its key (a 400 that would read as an accept).
         self._mark = {"once": True} if delivery.settles_ambiguous else {}
@@ -60,7 +59,7 @@ class EarlierSend:
     id: str
     key: str  # the key's id (``key_id``), never its shown name: two keys may show the same
     nonce: int
-    params: dict[str, str] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     method: str = ""  # where it went, as its request named it ("": the profile's endpoint)
     path: str = ""
     weight: int = 1
@@ -93,7 +92,7 @@ class ResumePoint:
         self.skip = SeenIds(state_dir)
         self.invalid_lines = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
-        for record in _records(Path(results_path)):
+        for record in json_objects(Path(results_path), read_json):
             if record.get("outcome") == FinalOutcome.INVALID_INPUT.value:
                 self.invalid_lines.add(_line_key(str(record.get("where", "")), str(record.get("line_digest", ""))))
             else:
@@ -103,7 +102,7 @@ class ResumePoint:
         # hold at most one entry per key.
         last_on_key: dict[str, tuple[EarlierSend, bool]] = {}
         key_of_last: dict[str, str] = {}
-        for record in _records(Path(f"{results_path}.sent")):
+        for record in json_objects(Path(f"{results_path}.sent"), read_json):
             send = _earlier_send(record)
             if send is None:
                 continue
@@ -153,17 +152,3 @@ def _earlier_send(record: dict) -> EarlierSend | None:
                            str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)))
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _records(path: Path) -> Iterator[dict]:
-    """The JSON objects of ``path`` (none if it does not exist); a line a crash cut short is skipped."""
-    if not path.exists():
-        return
-    with path.open("rb") as lines:
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record

@@ -1,5 +1,5 @@
-"""Which endpoint a request may name, and at what weight: the profile's own or one of its ``[request] endpoints``,
-at a weight every limit can hold."""
+"""What a request may ask of its profile: an endpoint (the profile's own or one of its ``[request] endpoints``),
+a weight every limit can hold, and params the profile can carry (nested ones only in a JSON body)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,38 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..limits.rules import LimitRule
-from ..request import InvalidInput, Work
+from ..request import InvalidInput, Params, Work
 from .model import RequestShape
 
 __all__ = ["Endpoints"]
 
 
 class Endpoints:
-    """The endpoints a profile's ``request`` allows, and the ``limits`` each send must fit: checked once per
-    request, as its line is read (``parse_line``'s ``admit``), so a request that could never be sent is
-    ``invalid_input`` with nothing sent."""
+    """The endpoints a profile's ``request`` allows, the ``limits`` each send must fit, and where its params go:
+    checked once per request, as its line is read (``parse_line``'s ``admit``), so a request that could never be
+    sent is ``invalid_input`` with nothing sent."""
 
     def __init__(self, request: RequestShape, limits: Sequence[LimitRule]) -> None:
         self._method, self._path, self._own = request.method, request.path, request.endpoint
         self._allowed = frozenset((request.endpoint, *request.endpoints))
         self._limits = tuple(limits)
+        # Where the params go as text (a query string, a form body), each must be a string; None: a JSON body.
+        self._text_in = {"query": "in the query string", "form": "in a form body"}.get(request.params_in)
 
     def __repr__(self) -> str:
         return f"<Endpoints {', '.join(sorted(self._allowed))}>"
 
     def admit(self, work: Work) -> Work | InvalidInput:
         """``work`` with its endpoint completed from the profile's (the profile's own left as "": the usual
-        send), or the ``invalid_input`` it is: an endpoint the profile does not allow, or a weight that can
-        never fit a limit."""
+        send) and, where its params go as text, each boolean written ``true``/``false``; or the
+        ``invalid_input`` it is: an endpoint the profile does not allow, a weight that can never fit a limit,
+        or an object, array or null where the params go as text."""
+        if self._text_in is not None and work.params:
+            params = _as_text(work.params, self._text_in)
+            if isinstance(params, str):
+                return InvalidInput(work.where, work.id, params, work.receipt)
+            if params is not work.params:
+                work = replace(work, params=params)
         if not (work.method or work.path) and work.weight == 1:
             return work  # the usual request: nothing to check
         method, path = work.method or self._method, work.path or self._path
@@ -45,3 +54,20 @@ class Endpoints:
         if endpoint == self._own:
             return replace(work, method="", path="")
         return replace(work, method=method, path=path)
+
+
+def _as_text(params: Params, place: str) -> Params | str:
+    """``params`` as ``place`` (a query string, a form body) carries them, the same dict if each is a string
+    already; or why one cannot go there: an object, an array or null, which only a JSON body carries."""
+    if all(isinstance(value, str) for value in params.values()):
+        return params
+    text: Params = {}
+    for name, value in params.items():
+        if isinstance(value, bool):
+            text[name] = "true" if value else "false"
+        elif isinstance(value, str):
+            text[name] = value
+        else:
+            kind = "null" if value is None else "an object" if isinstance(value, dict) else "an array"
+            return f"parameter {name!r} is {kind}, which only a JSON body carries (this profile sends params {place})"
+    return text

@@ -8,18 +8,19 @@ import importlib.resources
 import math
 import re
 import string
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .json_path import JsonPath
 from .model import (
-    ANSWER_OUTCOMES, FIELDS_IN, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS, AnswerRule, NonceShape,
-    Penalty, Profile, RequestShape, Signing,
+    ANSWER_OUTCOMES, FIELDS_IN, HEADER_FIELDS, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS,
+    TIME_UNITS, AnswerRule, NonceShape, Penalty, Profile, RequestShape, Signing, template_fields,
 )
 from .signing import HookError, load_hook
 from ..limits.rate_limit_scope import HOLDS
 from ..limits.rules import ALGORITHMS, SCOPES, LimitRule
+from ..toml_text import LineFinder, read_toml
 
 __all__ = ["DEFAULT_PROFILE", "ProfileError", "builtin_names", "load_profile", "read_profile"]
 
@@ -57,6 +58,7 @@ _TABLES: dict[str, dict[str, _Field]] = {
     "nonce": {
         "style": _Field((str,), NONCE_STYLES), "param": _TEXT, "header": _TEXT, "recv_window_ms": _Field((int,)),
         "recv_window_param": _TEXT, "recv_window_header": _TEXT, "time_path": _TEXT, "time_field": _TEXT,
+        "time_unit": _Field((str,), TIME_UNITS),
     },
     "sign": {
         "algorithm": _Field((str,), ("hmac-sha256", "hmac-sha512")), "message": _TEXT,
@@ -111,51 +113,16 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
 def read_profile(text: str, source: str, default_name: str = "", hook_dir: str = "") -> Profile:
     """The profile in ``text`` (read from ``source``, which names it in errors), compiled."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
-        line = match.group(1) if match else "1"
-        raise ProfileError([f"{source}:{line}: not TOML: {str(exc).split(' (at line')[0]}"]) from exc
-    return _Compiler(source, _LineFinder(text), hook_dir).compile(data, default_name)
-
-
-class _LineFinder:
-    """Where each table and field stands in the text: ``tomllib`` keeps no positions, so the lines are
-    scanned for table headers and ``name =`` (enough for messages; inline tables point at their field)."""
-
-    _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
-    _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)\s*[.=]")
-
-    def __init__(self, text: str) -> None:
-        self._lines: dict[tuple[str, int, str], int] = {}
-        counts: dict[str, int] = {}
-        table, index, in_string = "", 0, False
-        for number, line in enumerate(text.splitlines(), 1):
-            quotes = line.count('"""') + line.count("'''")
-            if in_string:
-                in_string = quotes % 2 == 0
-                continue
-            header = self._HEADER.match(line)
-            if header:
-                table = ".".join(part.strip().strip("\"'") for part in header.group(2).split("."))
-                index = counts.get(table, 0) if header.group(1) == "[[" else 0
-                if header.group(1) == "[[":
-                    counts[table] = index + 1
-                self._lines.setdefault((table, index, ""), number)
-                continue
-            key = self._KEY.match(line)
-            if key:
-                self._lines.setdefault((table, index, key.group(1).strip("\"'")), number)
-            in_string = quotes % 2 == 1
-
-    def line(self, table: str, field: str = "", index: int = 0) -> int:
-        return self._lines.get((table, index, field)) or self._lines.get((table, index, "")) or 1
+        data = read_toml(text, source)
+    except ValueError as exc:
+        raise ProfileError([str(exc)]) from exc
+    return _Compiler(source, LineFinder(text), hook_dir).compile(data, default_name)
 
 
 class _Compiler:
     """Checks the parsed TOML against ``_TABLES`` and builds the Profile; every error is collected."""
 
-    def __init__(self, source: str, finder: _LineFinder, hook_dir: str) -> None:
+    def __init__(self, source: str, finder: LineFinder, hook_dir: str) -> None:
         self._source = source
         self._finder = finder
         self._hook_dir = hook_dir
@@ -173,6 +140,9 @@ class _Compiler:
         request = self._request(self._table(data, "request"))
         nonce = self._nonce(self._table(data, "nonce"))
         sign = self._sign(self._table(data, "sign"), nonce, request) if "sign" in data else None
+        for name, template in request.headers:
+            self._template(template, ("request", "headers"), f"header {name!r}", HEADER_FIELDS,
+                           _available_fields(nonce, request) | {"secret"} | ({"signature"} if sign is not None else set()))
         names = [name for name in (request.key_param, nonce.param if nonce.style != "none" else "",
                                    nonce.recv_window_param if nonce.recv_window_ms else "", request.id_param,
                                    sign.param if sign is not None else "") if name]
@@ -267,6 +237,10 @@ class _Compiler:
         for place in ("header", "recv_window_header"):
             if values.get(place) and not _HEADER_NAME.fullmatch(values[place]):
                 self._error(self._finder.line("nonce", place), f"{place} must be an HTTP token, got {values[place]!r}")
+        try:
+            JsonPath(values.get("time_field", "serverTime"))
+        except ValueError as exc:
+            self._error(self._finder.line("nonce", "time_field"), f"time_field: {exc}")
         if values.get("time_path"):
             self._check_path(values["time_path"], "nonce", "time_path")
             if not style.startswith("timestamp"):
@@ -283,8 +257,10 @@ class _Compiler:
             self._error(self._finder.line("sign", "header"), "give the signature's param or header, not both")
         elif values.get("header"):
             values.setdefault("param", "")
-        elif "param" in values and not values["param"]:
-            self._error(self._finder.line("sign", "param"), "the signature goes nowhere: give param or header")
+        elif "param" in values and not values["param"] and not any(
+                "signature" in _fields_or_none(template) for _, template in request.headers):
+            self._error(self._finder.line("sign", "param"), "the signature goes nowhere: give param or header "
+                                                            "(or name {signature} in a [request] header)")
         if values.get("header") and not _HEADER_NAME.fullmatch(values["header"]):
             self._error(self._finder.line("sign", "header"), f"header must be an HTTP token, got {values['header']!r}")
         hook = values.get("hook", "")
@@ -293,26 +269,27 @@ class _Compiler:
                 load_hook(hook, self._hook_dir)
             except HookError as exc:
                 self._error(self._finder.line("sign", "hook"), str(exc))
-        message = values.get("message", _DEFAULT_MESSAGE)
-        available = _available_fields(nonce, request)
-        try:
-            parsed = [part for part in string.Formatter().parse(message) if part[1] is not None]
-        except ValueError as exc:
-            self._error(self._finder.line("sign", "message"), f"message is not a template: {exc}")
-            parsed = []
-        named = [part[1] for part in parsed]
-        if any(part[2] or part[3] for part in parsed):
-            self._error(self._finder.line("sign", "message"), "message fields take no format spec or conversion "
-                                                               "({nonce}, not {nonce:d} or {nonce!r}): what is signed "
-                                                               "is what is sent")
-        for name in named:
-            if name not in TEMPLATE_FIELDS:
-                self._error(self._finder.line("sign", "message"),
-                            f"message names an unknown field {{{name}}} (fields: {', '.join(TEMPLATE_FIELDS)})")
-            elif name not in available:
-                self._error(self._finder.line("sign", "message"), f"message names {{{name}}}, which this profile "
-                                                                   f"never sends ({_why_missing(name)})")
+        self._template(values.get("message", _DEFAULT_MESSAGE), ("sign", "message"), "message", TEMPLATE_FIELDS,
+                       _available_fields(nonce, request))
         return Signing(**values, hook_dir=self._hook_dir if hook else "")
+
+    def _template(self, text: str, place: tuple[str, str], what: str, fields: tuple[str, ...],
+                  available: set[str]) -> None:
+        """Check a template (``{field}``, ``{{`` a literal brace) that names only ``fields``, each ``available``."""
+        line = self._finder.line(*place)
+        try:
+            parsed = [part for part in string.Formatter().parse(text) if part[1] is not None]
+        except ValueError as exc:
+            self._error(line, f"{what} is not a template: {exc} (a literal brace is written {{{{ or }}}})")
+            return
+        if any(part[2] or part[3] for part in parsed):
+            self._error(line, f"{what} fields take no format spec or conversion ({{nonce}}, not {{nonce:d}} or "
+                              "{nonce!r}): what is signed is what is sent")
+        for _, name, _, _ in parsed:
+            if name not in fields:
+                self._error(line, f"{what} names an unknown field {{{name}}} (fields: {', '.join(fields)})")
+            elif name not in available:
+                self._error(line, f"{what} names {{{name}}}, which this profile never sends ({_why_missing(name)})")
 
     def _rules(self, raw: list[Any], request: RequestShape) -> tuple[AnswerRule, ...]:
         if not raw:  # no rules given: the reference's, like every other default, the id echo read where it is sent
@@ -438,5 +415,13 @@ def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
 
 def _why_missing(name: str) -> str:
     return {"nonce": "[nonce] style is none", "timestamp": "[nonce] style is not a timestamp",
-            "recv_window": "[nonce] recv_window_ms is 0"}.get(name, "")
+            "recv_window": "[nonce] recv_window_ms is 0", "signature": "it has no [sign] table"}.get(name, "")
+
+
+def _fields_or_none(template: str) -> set[str]:
+    """The fields ``template`` names; none if it is no template (reported where the template is checked)."""
+    try:
+        return template_fields(template)
+    except ValueError:
+        return set()
 
