@@ -32,7 +32,7 @@ from .selectable_event import SelectableEvent
 from .observe.metrics import Metrics
 from .observe.prometheus import MetricsServer
 from .observe.report import MetricsReporter, QueueMonitor
-from .observe.status import DaemonStatus, KeyStatus
+from .observe.status import DaemonStatus, KeyCondition, KeyStatus
 from .observe.summary import Summary
 from .policy.answers import AnswerTable
 from .policy.retry import RetryPolicy
@@ -243,16 +243,22 @@ class Daemon:
 
     def status(self, latency_bounds: Sequence[float]) -> DaemonStatus:
         """A snapshot for readers such as the Prometheus collector; safe from any thread."""
+        banned = self.ban.active
         keys = []
         for key in self.keys:
             limiter = key.limiter.state()
-            keys.append(KeyStatus(key.name, limiter.window, limiter.order_latency, key.retired_because is not None))
+            condition = KeyCondition.of(key.retired_because, limiter.held, banned)
+            keys.append(KeyStatus(key.name, limiter.window, limiter.order_latency, condition, key.strikes,
+                                  limiter.remaining))
         return DaemonStatus(
             counts=self.queues.counts(),
             metrics=self.metrics.snapshot(),
             keys=tuple(keys),
             histograms=self.metrics.histograms(list(latency_bounds)),
             outage=self.outage.state(),
+            oldest_ages=self.queues.oldest_ages(),
+            bans=self.ban.bans,
+            lease_takes=self.keys.lease_takes(),
         )
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:

@@ -318,3 +318,15 @@ def test_a_lease_taken_again_never_lets_a_block_of_the_earlier_lease_be_drawn_fr
     pool._round()  # takes the key
     assert pool.held() and held_when_forgotten == [False]
     pool.release()
+
+
+def test_each_take_of_a_lease_is_counted_and_a_refused_one_is_not(valkey):
+    store = valkey.client()
+    first, second = lease(store, "a"), lease(store, "b")
+    first.acquire()
+    assert second.acquire() is None and (first.takes, second.takes) == (1, 0)
+    first.release()
+    second.acquire()
+    second.release()
+    first.acquire()
+    assert (first.takes, second.takes) == (2, 1)  # three holders in turn: the key changed hands twice

@@ -21,15 +21,16 @@ def test_metrics_endpoint_is_scraped_during_a_run(fast_server, tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             text = answer.read().decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
-    for name in ("created", "accepted", "retried", "expired", "graveyard"):
+    for name in ("created", "accepted", "retries", "expired", "dead_letters", "strikes", "bans"):
         assert families[f"thread_client_{name}"].type == "counter"
     assert families["thread_client_accepted"].samples[0].value >= 50
     attempts = families["thread_client_attempts"].samples
     assert {s.labels["key"] for s in attempts} <= {f"{k[:4]}...{k[-4:]}" for k in DEFAULT_KEYS}
     assert all(k not in text for k in DEFAULT_KEYS)  # keys only ever masked
-    queues = {s.labels["queue"] for s in families["thread_client_queue_size"].samples}
+    queues = {s.labels["queue"] for s in families["thread_client_queued_requests"].samples}
     assert queues == {"main", "dlq"}
-    for gauge in ("in_flight", "blocked_keys", "limiter_order_latency_seconds", "limiter_window_seconds"):
+    for gauge in ("in_flight_requests", "key_state", "limit_remaining", "queue_oldest_age_seconds",
+                  "last_accepted_timestamp_seconds", "limiter_order_latency_seconds", "limiter_window_seconds"):
         assert families[f"thread_client_{gauge}"].type == "gauge"
     e2e = families["thread_client_end_to_end_latency_seconds"]
     assert e2e.type == "histogram"

@@ -130,6 +130,11 @@ class LeasedKeyPool(BaseKeyPool):
         """Masked key name -> fence, for the keys whose lease this member holds now."""
         return {self._key_of[kid].name: lease.fence for kid, lease in self._leases.items() if lease.fence is not None}
 
+    def lease_takes(self) -> dict[str, int]:
+        """Masked key name -> the times this member took the key's lease (every member's together: how often
+        the key changed hands)."""
+        return {self._key_of[kid].name: lease.takes for kid, lease in self._leases.items()}
+
     def threads(self) -> list[ManagedThread]:
         """The lease keeper: the daemon starts it after ``start()``, supervises it and names it in the summary
         if it died; ``release()`` stops it."""

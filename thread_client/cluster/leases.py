@@ -84,6 +84,7 @@ class KeyLease:
         self._send_before = -math.inf
         self.fence: int | None = None
         self.handing_over = False  # still ours, but no new send: its last answers are awaited before the release
+        self.takes = 0  # acquisitions so far: each is the key changing hands (written by the keeper, read by metrics)
 
     def __repr__(self) -> str:
         return f"<KeyLease {self._names.lease} fence={self.fence} held={self.may_send()}>"
@@ -117,6 +118,7 @@ class KeyLease:
         fence, sends_from_ms, now_ms, strikes = (int(value) for value in reply)
         quiet_for = (sends_from_ms - now_ms) / 1000
         self.fence, self.handing_over = fence, False
+        self.takes += 1
         self._send_from = self._clock() + quiet_for  # counted from the reply: later than the store's now, so safe
         self._send_before = asked_at + self._ttl - self._margin
         return LeaseGrant(fence, quiet_for, strikes)

@@ -66,6 +66,11 @@ class ClosableQueue(queue.Queue):
             self.not_full.notify()
             return item
 
+    def snapshot(self) -> list[Any]:
+        """A copy of the entries, in no set order, leaving them queued (for a reader such as metrics)."""
+        with self.mutex:
+            return list(self.queue)
+
     def drain(self) -> list[Any]:
         """Remove and return every item, in order, closed or not (the shutdown's last look)."""
         with self.mutex:

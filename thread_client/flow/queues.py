@@ -318,6 +318,15 @@ class QueueManager:
         """(main queue, DLQ) sizes; approximate while threads run."""
         return self._main.qsize(), self._dlq.qsize()
 
+    def oldest_ages(self) -> tuple[float, float]:
+        """Seconds the oldest request waiting in the main queue, and in the DLQ, has lived since it was created
+        (0: that queue is empty); approximate while threads run. Copies both queues: for metrics, not for the
+        request path."""
+        now = self._clock()
+        main, dlq = (max((now - entry[-1].created_at for entry in waiting.snapshot()), default=0.0)
+                     for waiting in (self._main, self._dlq))
+        return main, dlq
+
     def counts(self) -> QueueCounts:
         main_queue, dlq = self.sizes()
         graveyard = len(self.graveyard)

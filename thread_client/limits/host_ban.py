@@ -44,6 +44,12 @@ class HostBan:
     def __repr__(self) -> str:
         return f"<HostBan bans={self.bans} last={self._pause:.0f} s>"
 
+    @property
+    def active(self) -> bool:
+        """Whether a ban holds the keys now (for metrics)."""
+        with self._lock:
+            return self._clock() < self._ends_at
+
     def banned(self, retry_after: float | None) -> float:
         """A ban answer came; returns how long from now no key sends (0: the ban known already covers it).
         The keys are held before it returns, either way: the worker that read the answer sends nothing

@@ -175,6 +175,11 @@ class BaseKeyPool:
     def start(self) -> None:
         """Begin whatever keeps the keys usable (nothing here)."""
 
+    def lease_takes(self) -> dict[str, int]:
+        """Masked key name -> the times this process took the key's lease from a shared store: none here (the
+        keys of one host never change hands)."""
+        return {}
+
     def hold_all(self, seconds: float) -> None:
         self.hold_keys(lambda key: True, seconds)
 

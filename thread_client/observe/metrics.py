@@ -51,6 +51,7 @@ class MetricsSnapshot:
     per_key: dict[str, dict[str, int]]
     end_to_end: LatencySummary
     attempt: LatencySummary
+    last_accepted_ago: float | None = None  # seconds since the latest accept; None: none yet
 
     @property
     def throughput(self) -> float:
@@ -80,6 +81,7 @@ class Metrics(Listener):
         self._unmatched: collections.Counter[int] = collections.Counter()
         self._end_to_end = LatencyHistogram()
         self._attempt = LatencyHistogram()
+        self._last_accepted_at: float | None = None
 
     def __repr__(self) -> str:
         with self._lock:
@@ -93,8 +95,10 @@ class Metrics(Listener):
                 self._attempt.record(round_trip)
 
     def accepted(self, end_to_end: float) -> None:
+        now = self._clock()
         with self._lock:
             self._end_to_end.record(end_to_end)
+            self._last_accepted_at = now
 
     def retried(self) -> None:
         with self._lock:
@@ -125,11 +129,12 @@ class Metrics(Listener):
             }
 
     def snapshot(self) -> MetricsSnapshot:
+        now = self._clock()
         with self._lock:
             outcomes = dict(self._outcomes)
             accepted = outcomes.get(Outcome.ACCEPTED.value, 0)
             return MetricsSnapshot(
-                elapsed=self._clock() - self._started,
+                elapsed=now - self._started,
                 accepted=accepted,
                 # Expiry is no failed attempt (nothing was sent): counted apart, in ``expired``.
                 failed=sum(outcomes.values()) - accepted - outcomes.get(Outcome.EXPIRED.value, 0),
@@ -145,4 +150,5 @@ class Metrics(Listener):
                 per_key={key: dict(counts) for key, counts in self._per_key.items()},
                 end_to_end=LatencySummary.of(self._end_to_end),
                 attempt=LatencySummary.of(self._attempt),
+                last_accepted_ago=None if self._last_accepted_at is None else now - self._last_accepted_at,
             )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import time
+from typing import Callable, Iterator, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import make_wsgi_app
@@ -15,8 +16,9 @@ from prometheus_client.core import (
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..policy.answers import Outcome
 from ..threads import LoopThread, ManagedThread
-from .status import StatusReader
+from .status import DaemonStatus, KeyCondition, StatusReader
 
 __all__ = ["LATENCY_BUCKETS", "DaemonCollector", "MetricsServer"]
 
@@ -30,36 +32,64 @@ LATENCY_BUCKETS = (
 
 
 class DaemonCollector(Collector):
-    """Builds every metric family from one status snapshot when Prometheus scrapes."""
+    """Builds every metric family from one status snapshot when Prometheus scrapes.
 
-    def __init__(self, read_status: StatusReader) -> None:
+    Names follow Prometheus's conventions: the ``thread_client_`` prefix, base units (``_seconds``), counters
+    ending in ``_total`` (``CounterMetricFamily`` appends it). Every series a key or an outcome can have is
+    served from the first scrape, at zero, so ``rate()`` and ``increase()`` see its first change. ``wall``
+    turns the status's monotonic ages into timestamps.
+    """
+
+    def __init__(self, read_status: StatusReader, wall: Callable[[], float] = time.time) -> None:
         self._read_status = read_status
+        self._wall = wall
 
     def collect(self) -> Iterator[Metric]:
         status = self._read_status(LATENCY_BUCKETS)
+        yield from self._requests(status)
+        yield from self._answers(status)
+        yield from self._keys(status)
+        yield from self._latencies(status)
+
+    def _requests(self, status: DaemonStatus) -> Iterator[Metric]:
+        """The requests' counts, queues and ages."""
         counts, snapshot = status.counts, status.metrics
         for name, value, text in [
             ("created", counts.created, "Requests created by the producer."),
             ("accepted", counts.accepted, "Requests accepted by the exchange."),
-            ("retried", snapshot.retried, "Failed attempts sent to the dead letter queue for a retry."),
+            ("retries", snapshot.retried, "Failed attempts sent to the dead letter queue for a retry."),
             ("expired", snapshot.expired, "Attempts whose time-to-live passed before a rate-limit slot was free."),
-            ("graveyard", counts.graveyard, "Requests buried in the graveyard (never to be accepted)."),
+            ("dead_letters", counts.graveyard, "Requests buried in the graveyard: final, never to be accepted."),
         ]:
             yield CounterMetricFamily(f"thread_client_{name}", text, value=value)
+        ago = snapshot.last_accepted_ago
+        yield GaugeMetricFamily(
+            "thread_client_last_accepted_timestamp_seconds", "When the latest request was accepted (Unix time; 0: none yet).",
+            value=0.0 if ago is None else self._wall() - ago,
+        )
+        queues = GaugeMetricFamily("thread_client_queued_requests", "Requests waiting in a queue.", labels=["queue"])
+        ages = GaugeMetricFamily(
+            "thread_client_queue_oldest_age_seconds", "Age of the oldest request waiting in a queue (0: empty).",
+            labels=["queue"],
+        )
+        for queue, size, age in zip(("main", "dlq"), (counts.main_queue, counts.dlq), status.oldest_ages):
+            queues.add_metric([queue], size)
+            ages.add_metric([queue], age)
+        yield queues
+        yield ages
+        yield GaugeMetricFamily("thread_client_in_flight_requests", "Requests held by a thread.", value=counts.in_flight)
 
-        answers = CounterMetricFamily(
+    def _answers(self, status: DaemonStatus) -> Iterator[Metric]:
+        """What the exchange answered, and how the connections fared."""
+        snapshot = status.metrics
+        attempts = CounterMetricFamily(
             "thread_client_attempts", "Attempts by outcome and API key (masked).", labels=["key", "outcome"]
         )
-        for key, outcomes in sorted(snapshot.per_key.items()):
-            for outcome, value in sorted(outcomes.items()):
-                answers.add_metric([key, outcome], value)
-        yield answers
-
-        queues = GaugeMetricFamily("thread_client_queue_size", "Requests waiting in a queue.", labels=["queue"])
-        queues.add_metric(["main"], counts.main_queue)
-        queues.add_metric(["dlq"], counts.dlq)
-        yield queues
-        yield GaugeMetricFamily("thread_client_in_flight", "Requests held by a thread.", value=counts.in_flight)
+        for key in sorted({key.name for key in status.keys} | set(snapshot.per_key)):
+            outcomes = snapshot.per_key.get(key, {})
+            for outcome in Outcome:
+                attempts.add_metric([key, outcome.value], outcomes.get(outcome.value, 0))
+        yield attempts
         yield GaugeMetricFamily(
             "thread_client_outage", "1 while the exchange answers nobody (no work taken, probes only).",
             value=int(status.outage.active),
@@ -84,22 +114,41 @@ class DaemonCollector(Collector):
             unmatched.add_metric([str(code)], count)
         yield unmatched
 
+    def _keys(self, status: DaemonStatus) -> Iterator[Metric]:
+        """Each key's condition, strikes, limiter and budget left; the host's bans; the leases taken."""
+        condition = GaugeMetricFamily(
+            "thread_client_key_state", "1 for the state each API key is in now, 0 for the others.", labels=["key", "state"]
+        )
+        strikes = CounterMetricFamily(
+            "thread_client_strikes", "Rate-limit strikes (429s the limits did not explain) in this run.", labels=["key"]
+        )
         window = GaugeMetricFamily("thread_client_limiter_window_seconds", "Slot reuse delay after an answer.", labels=["key"])
         order = GaugeMetricFamily(
             "thread_client_limiter_order_latency_seconds", "Order-rule latency between sends.", labels=["key"]
         )
-        retired = GaugeMetricFamily("thread_client_key_retired", "1 if the key is retired (blocked or invalid).", labels=["key"])
+        remaining = GaugeMetricFamily(
+            "thread_client_limit_remaining", "Units of each limit rule a send on the key could spend now.",
+            labels=["key", "rule"],
+        )
         for key in status.keys:
+            for state in KeyCondition:
+                condition.add_metric([key.name, state.value], int(key.condition is state))
+            strikes.add_metric([key.name], key.strikes)
             window.add_metric([key.name], key.window)
             order.add_metric([key.name], key.order_latency)
-            retired.add_metric([key.name], int(key.retired))
-        yield window
-        yield order
-        yield retired
-        yield GaugeMetricFamily(
-            "thread_client_blocked_keys", "API keys retired so far.", value=sum(key.retired for key in status.keys)
+            for rule, units in key.remaining:
+                remaining.add_metric([key.name, rule], units)
+        yield from (condition, strikes, window, order, remaining)
+        yield CounterMetricFamily("thread_client_bans", "Bans of the whole host (a 418) so far.", value=status.bans)
+        takes = CounterMetricFamily(
+            "thread_client_lease_takes", "Times this member took a key's lease (cluster mode): the key changed hands.",
+            labels=["key"],
         )
+        for key, count in sorted(status.lease_takes.items()):
+            takes.add_metric([key], count)
+        yield takes
 
+    def _latencies(self, status: DaemonStatus) -> Iterator[Metric]:
         for name, (cumulative, count, total) in status.histograms.items():
             buckets = [(repr(bound), value) for bound, value in zip(LATENCY_BUCKETS, cumulative)]
             buckets.append(("+Inf", count))

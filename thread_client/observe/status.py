@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
 
 from ..flow.outage import OutageState
 from ..flow.queues import QueueCounts
 from .metrics import MetricsSnapshot
 
-__all__ = ["DaemonStatus", "KeyStatus", "StatusReader"]
+__all__ = ["DaemonStatus", "KeyCondition", "KeyStatus", "StatusReader"]
+
+#: The retirements the client chose itself (``RetryPolicy.parks``); any other means the key is blocked.
+_PARKED_BECAUSE = frozenset({"parked", "strike budget spent"})
+
+
+class KeyCondition(enum.Enum):
+    """What a key does now. A ``paused`` state joins these when keys can be paused."""
+
+    SENDING = "sending"  # free to send as its limits allow
+    HELD = "held"  # waiting out a hold (a Retry-After, a strike, the start-up window)
+    PARKED = "parked"  # retired by the client for its strikes
+    BLOCKED = "blocked"  # retired for any other reason (the server blocked or refused it)
+    BANNED = "banned"  # the whole host is banned: no key sends until the ban ends
+
+    @classmethod
+    def of(cls, retired_because: str | None, held: bool, banned: bool) -> "KeyCondition":
+        """A key's condition: a retirement first (it is final), then the host's ban, then its own hold."""
+        if retired_because is not None:
+            return cls.PARKED if retired_because in _PARKED_BECAUSE else cls.BLOCKED
+        if banned:
+            return cls.BANNED
+        return cls.HELD if held else cls.SENDING
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,19 +40,26 @@ class KeyStatus:
     name: str  # masked
     window: float
     order_latency: float
-    retired: bool
+    condition: KeyCondition
+    strikes: int  # this run's
+    remaining: tuple[tuple[str, int], ...]  # each limit rule's name and the units a send could spend now
 
 
 @dataclass(frozen=True, slots=True)
 class DaemonStatus:
     """Counts, metrics, keys and latency histograms (cumulative counts at the requested bounds,
-    count and sum per histogram), each read under its owner's lock; together approximate."""
+    count and sum per histogram), each read under its owner's lock; together approximate.
+    ``oldest_ages``: seconds the oldest request of the main queue and of the DLQ has lived (0: empty);
+    ``bans``: the host's bans so far; ``lease_takes``: masked key name -> times this member took its lease."""
 
     counts: QueueCounts
     metrics: MetricsSnapshot
     keys: tuple[KeyStatus, ...]
     histograms: dict[str, tuple[list[int], int, float]]
     outage: OutageState
+    oldest_ages: tuple[float, float] = (0.0, 0.0)
+    bans: int = 0
+    lease_takes: Mapping[str, int] = field(default_factory=dict)
 
 
 #: Called with the histogram bucket bounds (seconds) a reader wants.

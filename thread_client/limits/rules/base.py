@@ -39,6 +39,10 @@ class RuleState(ABC):
         """A lower bound of ``ready_at``: as if every send in flight were answered right now."""
 
     @abstractmethod
+    def available(self, now: float) -> int:
+        """The most units a send could spend now (``ready_at(now, units) <= now``): the budget left, for metrics."""
+
+    @abstractmethod
     def take(self, now: float, cost: int) -> Hashable:
         """Spend ``cost`` for a send now (``ready_at(now, cost) <= now``); returns its token."""
 

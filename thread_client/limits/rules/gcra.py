@@ -61,6 +61,12 @@ class Gcra(RuleState):
             return math.inf
         return self._ready_from(max(self._tat, now) + self._in_flight * self._interval, 0, cost)
 
+    def available(self, now: float) -> int:
+        # The largest c with ``_ready_from(T, in_flight, c) <= now``: the room left, less the intervals T is ahead.
+        room = self._burst + 1 - self._in_flight
+        ahead = math.ceil((self._tat + _GUARD - now) / self._interval) if self._tat > -math.inf else 0
+        return max(0, room - max(0, ahead))
+
     def take(self, now: float, cost: int) -> int:
         self._in_flight += cost
         return cost

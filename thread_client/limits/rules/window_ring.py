@@ -57,6 +57,9 @@ class WindowRing(RuleState):
             return answered_now
         return soonest[nth - self._in_flight - 1] if nth - self._in_flight <= len(soonest) else math.inf
 
+    def available(self, now: float) -> int:
+        return self._idle + sum(1 for free_at in self._freeing if free_at <= now)
+
     def take(self, now: float, cost: int) -> int:
         while self._freeing and self._freeing[0] <= now:  # free already: idle, so the heap holds only what is not
             heapq.heappop(self._freeing)
