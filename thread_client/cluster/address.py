@@ -17,7 +17,7 @@ from ..errors import ConfigError, StoreUnavailable
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["StoreAddress", "is_store_url", "store_call"]
+__all__ = ["StoreAddress", "is_store_url", "masked", "store_call"]
 
 _TLS_SCHEMES = ("rediss", "valkeys")
 _SCHEMES = ("redis", "valkey", *_TLS_SCHEMES)
@@ -55,6 +55,15 @@ def is_store_url(text: str | None) -> bool:
     return bool(colon) and scheme.lower() in _SCHEMES
 
 
+def masked(url: str) -> str:
+    """``url`` with its password, if it has one, shown as ``***``: all an error or a printed setting may show.
+    Raises ValueError for what ``urlsplit`` refuses (an unclosed ``[``)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
 @dataclass(frozen=True)
 class StoreAddress:
     """A parsed store URL: host, port, database, TLS, and the query's options (``stream``, ``group``...)."""
@@ -73,8 +82,7 @@ class StoreAddress:
             parts = urlsplit(url)
         except ValueError as exc:  # an unclosed [ or a bracketed host that is no IP address; not shown: a password
             raise ConfigError(f"{flag}: not a valid store address ({exc})") from exc
-        if parts.password is not None:  # an error below names the address: never with its password
-            url = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}").geturl()
+        url = masked(url)  # an error below names the address: never with its password
         if parts.scheme not in _SCHEMES:
             raise ConfigError(f"{flag} {url}: not a redis:// or valkey:// address")
         try:

@@ -239,11 +239,12 @@ return 1
 """
 
 # KEYS[1] - the work stream
-# KEYS[2], KEYS[3], ... - one id key per request (set while its id is remembered)
-# ARGV[1] - seconds an id is remembered
-# ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their id keys; each entry's one field is
+# KEYS[2], KEYS[3], ... - one once-key per request, set while it is remembered: its id's (submit), or its dead
+#                         record's (requeue)
+# ARGV[1] - seconds a once-key is remembered
+# ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their once-keys; each entry's one field is
 #                          'request' (work_stream.ENTRY_FIELD)
-# return how many requests were added: one whose id key exists already is a duplicate, not added
+# return how many requests were added: one whose once-key exists already is a duplicate, not added
 _SUBMIT = _DATA + """
 local added = 0
 for i = 2, #KEYS do

@@ -1,5 +1,5 @@
 """A work stream: its names (the stream, its consumer group, where its results and dead letters go),
-and ``submit``, which puts requests into it.
+and ``submit``, which puts requests into it (``requeue`` too).
 
 In Redis Cluster the work, results and dead-letter streams must share one hash tag
 (``stream={orders}`` gives ``{orders}:results`` and ``{orders}:dead``), since the
@@ -8,17 +8,17 @@ results script and ``submit``'s touch them together.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ..errors import ConfigError
-from ..request import InvalidInput, parse_line
+from ..request import InvalidInput, Work, parse_line
 from .address import StoreAddress, store_call
 from .scripts import Scripts
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["DEAD_LETTER_OUTCOMES", "ENTRY_FIELD", "WorkStream", "submit_lines"]
+__all__ = ["DEAD_LETTER_OUTCOMES", "ENTRY_FIELD", "WorkStream", "submit_lines", "submit_work"]
 
 #: Final outcomes that also go to the dead-letter stream: the request itself cannot succeed as given.
 DEAD_LETTER_OUTCOMES = frozenset({"invalid_input", "retries_exhausted", "rejected"})
@@ -69,31 +69,46 @@ def submit_lines(
     """Validate ``lines`` and append the requests to the work stream, skipping ids submitted before
     (remembered ``remember_ids`` seconds). Returns (added, duplicates, refused lines); raises StoreUnavailable
     if the store stops taking them (the batches before went in: a rerun skips them as duplicates)."""
-    script = Scripts(store).submit
-    added = duplicates = 0
     refused: list[InvalidInput] = []
-    id_keys: list[str] = []
-    requests: list[str] = []
+
+    def requests() -> Iterator[tuple[str, Work]]:
+        for number, raw in enumerate(lines, 1):
+            if raw.strip():
+                item = parse_line(raw, f"line {number}")
+                if isinstance(item, InvalidInput):
+                    refused.append(item)
+                else:
+                    yield f"{work.stream}:id:{item.id}", item
+
+    added, duplicates = submit_work(store, work, requests(), remember_ids=remember_ids, batch=batch)
+    return added, duplicates, refused
+
+
+def submit_work(
+    store: "redis.Redis", work: WorkStream, requests: Iterable[tuple[str, Work]], *, remember_ids: float,
+    batch: int = 500,
+) -> tuple[int, int]:
+    """Append each request to the work stream unless its once-key (``submit``: its id's; ``requeue``: its dead
+    record's) is set, and set it for ``remember_ids`` seconds. Returns (added, skipped); raises StoreUnavailable
+    if the store stops taking them (the batches before went in: a rerun skips them)."""
+    script = Scripts(store).submit
+    added = skipped = 0
+    once_keys: list[str] = []
+    entries: list[str] = []
 
     def flush() -> None:
-        nonlocal added, duplicates
-        if id_keys:
-            new = int(script(keys=[work.stream, *id_keys], args=[int(remember_ids), *requests]))
+        nonlocal added, skipped
+        if once_keys:
+            new = int(script(keys=[work.stream, *once_keys], args=[int(remember_ids), *entries]))
             added += new
-            duplicates += len(id_keys) - new
-            id_keys.clear()
-            requests.clear()
+            skipped += len(once_keys) - new
+            once_keys.clear()
+            entries.clear()
 
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        item = parse_line(raw, f"line {number}")
-        if isinstance(item, InvalidInput):
-            refused.append(item)
-            continue
-        id_keys.append(f"{work.stream}:id:{item.id}")
-        requests.append(item.as_line())
-        if len(id_keys) >= batch:
+    for once_key, item in requests:
+        once_keys.append(once_key)
+        entries.append(item.as_line())
+        if len(once_keys) >= batch:
             flush()
     flush()
-    return added, duplicates, refused
+    return added, skipped

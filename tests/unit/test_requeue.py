@@ -1,0 +1,103 @@
+"""``thread-client requeue``: a results file's dead letters (the last record of each id, by outcome) written as
+input lines again, each with its request as it was sent (from the send journal, or the input for one never sent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from thread_client import cli
+from thread_client.io.results import Results
+from thread_client.io.resume import SendJournal
+from thread_client.request import FinalOutcome, Request, Work, parse_line, read_json
+
+
+def request(req_id: str, **fields) -> Request:
+    return Request(req_id, created_at=0.0, **fields)
+
+
+B = request("b", params=read_json('{"price": 0.00001, "side": "buy"}'), method="POST", path="/api/order", weight=3)
+C = request("c", params={"n": "3"})
+E = request("e", params={"n": "5"})
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    """A run's results file and send journal, as the daemon writes them: a accepted; b retries exhausted; c
+    rejected; d exhausted, then accepted by a later run; e accepted, then exhausted by a later one; f never sent."""
+    path = tmp_path / "results.jsonl"
+    results, journal = Results(str(path)), SendJournal(str(path))
+    for sent in (request("a"), B, C, request("d"), E):
+        journal.sending(sent, "key-1", 100)
+    journal.answered(B, "key-1", 100)  # no params on an answered line: the send's line is the one read
+    for done, outcome in ((request("a"), "ACCEPTED"), (B, "RETRIES_EXHAUSTED"), (C, "REJECTED"),
+                          (request("d"), "RETRIES_EXHAUSTED"), (E, "ACCEPTED"), (request("d"), "ACCEPTED"),
+                          (E, "RETRIES_EXHAUSTED"), (request("f"), "SHUTDOWN")):
+        results.record(done, FinalOutcome[outcome])
+    results.close()
+    journal.close()
+    return path
+
+
+def requeue(*argv: str) -> int:
+    return cli.main(["requeue", *argv])
+
+
+def read_lines(path: Path) -> list[Work]:
+    return [parse_line(line, "") for line in path.read_text().splitlines()]
+
+
+def test_each_dead_letter_s_last_record_is_written_again_as_it_was_sent(run, tmp_path, capsys):
+    out = tmp_path / "again.jsonl"
+    assert requeue(str(run), "--outcome", "retries_exhausted,rejected", "--to", str(out)) == 0
+    assert [(w.id, w.params, w.method, w.path, w.weight) for w in read_lines(out)] == [
+        ("b", B.params, "POST", "/api/order", 3), ("c", {"n": "3"}, "", "", 1), ("e", {"n": "5"}, "", "", 1)]
+    assert '"price":0.00001' in out.read_text()  # the number as the input wrote it
+    assert capsys.readouterr().out == f"requeued 3 of 3 dead letters to {out}\n"
+
+
+def test_the_outcome_filters_and_standard_output_takes_the_lines_alone(run, capsys):
+    assert requeue(str(run), "--outcome", "rejected", "--to", "-") == 0
+    out, err = capsys.readouterr()
+    assert out == '{"id":"c","params":{"n":"3"}}\n'
+    assert err == "requeued 1 of 1 dead letters to standard output\n"
+
+
+def test_one_never_sent_is_found_in_the_input_and_else_named(run, tmp_path, capsys):
+    assert requeue(str(run), "--outcome", "shutdown", "--to", "-") == 1
+    out, err = capsys.readouterr()
+    assert out == "" and f"not found: 'f' is in neither {run}.sent nor an --input file" in err
+    assert err.endswith("requeued 0 of 1 dead letters to standard output; 1 not found\n")
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "e", "params": {"n": "changed"}}\n{"id": "f", "params": {"q": 1}}\n')
+    assert requeue(str(run), "--outcome", "shutdown,retries_exhausted", "--input", str(source), "--to", "-") == 0
+    # e from the journal (what was sent), f from the input (never sent)
+    assert capsys.readouterr().out == ('{"id":"b","params":{"price":0.00001,"side":"buy"},"method":"POST",'
+                                       '"path":"/api/order","weight":3}\n{"id":"e","params":{"n":"5"}}\n'
+                                       '{"id":"f","params":{"q":1}}\n')
+
+
+@pytest.mark.parametrize("outcomes, message", [
+    ("accepted", "argument --outcome: accepted: it is no dead letter"),
+    ("invalid_input", "argument --outcome: invalid_input: a line that is no request is fixed in the input"),
+    ("retries_exhausted,bogus", "argument --outcome: no outcome 'bogus' (requeue takes rejected, retries_exhausted, "
+                                "key_blocked, shutdown, unknown)"),
+    (",", "argument --outcome: name at least one outcome"),
+])
+def test_a_bad_outcome_is_refused_by_name_in_one_line(run, outcomes, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        requeue(str(run), "--outcome", outcomes, "--to", "-")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and err.startswith(f"thread-client requeue: error: {message}")
+
+
+def test_an_existing_file_is_never_written_over_and_a_missing_results_file_is_named(run, tmp_path, capsys):
+    taken = tmp_path / "taken.jsonl"
+    taken.write_text("mine\n")
+    for argv, message in (([str(run), "--to", str(taken)], f"--to {taken}: File exists"),
+                          ([str(tmp_path / "none.jsonl"), "--to", "-"], f"error: {tmp_path}/none.jsonl: no such file")):
+        with pytest.raises(SystemExit) as exited:
+            requeue(*argv, "--outcome", "rejected")
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+    assert taken.read_text() == "mine\n"

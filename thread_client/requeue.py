@@ -1,0 +1,155 @@
+"""``thread-client requeue``: the dead letters of a results file as input lines again, for a new run or a work stream.
+
+A results record keeps no params: each dead letter's request is taken from the send journal beside the results
+file (``<results>.sent``: the id, params, endpoint and weight of every send), else, for one never sent (``shutdown``,
+``key_blocked``), from the line of the input file (``--input``) with its id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import IO
+
+from .arguments import OneLineParser
+from .cluster.address import StoreAddress, is_store_url
+from .cluster.work_stream import WorkStream, submit_work
+from .errors import ConfigError, StoreUnavailable
+from .io.jsonlines import json_objects
+from .request import FinalOutcome, Work, json_text, parse_line, read_json
+
+__all__ = ["REQUEUABLE", "dead_letters", "original_requests", "requeue_main"]
+
+#: The outcomes a dead letter may be sent again for: not ``accepted`` (no dead letter) nor ``invalid_input`` (a
+#: line that is no request: it is fixed in the input, not sent again).
+REQUEUABLE = tuple(outcome for outcome in FinalOutcome
+                   if outcome not in (FinalOutcome.ACCEPTED, FinalOutcome.INVALID_INPUT))
+#: A dead record requeued into a work stream is remembered this long: the same requeue run again skips it.
+_REMEMBER_REQUEUED = 7 * 86_400.0
+
+
+def outcomes(text: str) -> frozenset[FinalOutcome]:
+    """An argparse ``type``: a comma-separated list of outcomes a dead letter may be requeued for."""
+    chosen = set()
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            outcome = FinalOutcome(name)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"no outcome {name!r} (requeue takes "
+                                             f"{', '.join(o.value for o in REQUEUABLE)})") from None
+        if outcome not in REQUEUABLE:
+            why = "it is no dead letter" if outcome is FinalOutcome.ACCEPTED else \
+                "a line that is no request is fixed in the input, not sent again"
+            raise argparse.ArgumentTypeError(f"{name}: {why}")
+        chosen.add(outcome)
+    if not chosen:
+        raise argparse.ArgumentTypeError("name at least one outcome")
+    return frozenset(chosen)
+
+
+def dead_letters(results: Path, chosen: frozenset[FinalOutcome]) -> dict[str, dict]:
+    """Each id's final record, where its outcome is one of ``chosen``, in the order of those records. Only an id's
+    last record counts: a later run's record for it (its requeue's, say) supersedes the earlier. Memory: one
+    outcome per id of the file. Raises OSError if the file cannot be read."""
+    wanted = {outcome.value for outcome in chosen}
+    last: dict[str, dict] = {}
+    for record in json_objects(results):
+        request_id = record.get("id")
+        if isinstance(request_id, str) and request_id:
+            last.pop(request_id, None)  # the later record goes to the end: the order is that of the last records
+            last[request_id] = record if record.get("outcome") in wanted else {}
+    return {request_id: record for request_id, record in last.items() if record}
+
+
+def original_requests(ids: set[str], journal: Path, source: Path | None) -> dict[str, Work]:
+    """The request of each of ``ids`` as it was sent: its last send in the send ``journal``, else the line of
+    ``source`` (the run's input) with its id. An id found in neither is left out. Raises OSError if ``source``
+    cannot be read."""
+    found: dict[str, Work] = {}
+    for record in json_objects(journal, read_json):
+        if record.get("id") in ids and "answered" not in record:
+            line = {name: record[name] for name in ("id", "params", "method", "path", "weight") if name in record}
+            item = parse_line(json_text(line), "the send journal")
+            if isinstance(item, Work):
+                found[item.id] = item
+    if source is not None:
+        with source.open("rb") as lines:
+            for number, raw in enumerate(lines, 1):
+                item = parse_line(raw, f"line {number}")
+                if isinstance(item, Work) and item.id in ids and item.id not in found:
+                    found[item.id] = item
+    return found
+
+
+def requeue_main(argv: list[str], prog: str) -> int:
+    """Write the dead letters of a results file as input lines again, with the same ids, for a new run or a work stream.
+    A dead letter is the last record of an id, when its outcome is one of --outcome. Exit 0 if every one was written, 1 if some request could not be found (named on stderr) or the store did
+    not take them all (run it again: what went in is skipped), 2 on a bad setting."""
+    parser = OneLineParser(prog=f"{prog} requeue", description=requeue_main.__doc__.splitlines()[0])
+    parser.add_argument("results", metavar="FILE", help="a results file (--results of the run)")
+    parser.add_argument("--outcome", type=outcomes, required=True, metavar="NAME[,NAME...]",
+                        help=f"the outcomes to requeue: {', '.join(o.value for o in REQUEUABLE)}")
+    parser.add_argument("--to", required=True, metavar="PATH|-|redis://...",
+                        help="a new file (refused if it exists) to run with --source PATH and a new --results; - for "
+                        "standard output; or a work stream, redis://HOST:PORT/DB?stream=NAME (a dead record requeued "
+                        "before is skipped)")
+    parser.add_argument("--input", metavar="PATH",
+                        help="the run's input file: where a dead letter never sent (so not in FILE.sent, the send "
+                        "journal) is found by its id")
+    args = parser.parse_args(argv)
+    results = Path(args.results)
+    if not results.is_file():
+        parser.error(f"{results}: no such file")
+    try:
+        dead = dead_letters(results, args.outcome)
+        found = original_requests(set(dead), Path(f"{results}.sent"), Path(args.input) if args.input else None)
+    except OSError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc.filename}: {exc.strerror or exc}\n")
+    requests = [found[request_id] for request_id in dead if request_id in found]
+    missing = [request_id for request_id in dead if request_id not in found]
+    report = sys.stderr if args.to == "-" else sys.stdout
+    try:
+        written = _write(parser, args.to, requests, dead)
+    except StoreUnavailable as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}; run it again once the store takes writes (what went in is "
+                       "skipped)\n")
+    for request_id in missing:
+        print(f"{parser.prog}: not found: {request_id!r} is in neither {results}.sent nor "
+              f"{args.input or 'an --input file'}", file=sys.stderr)
+    print(f"requeued {written} of {len(dead)} dead letters to {_shown(args.to)}"
+          f"{f'; {len(requests) - written} requeued before, skipped' if len(requests) > written else ''}"
+          f"{f'; {len(missing)} not found' if missing else ''}", file=report)
+    return 1 if missing else 0
+
+
+def _write(parser: argparse.ArgumentParser, to: str, requests: list[Work], dead: dict[str, dict]) -> int:
+    """Write ``requests`` to ``to``; how many went in (into a work stream: those not requeued before)."""
+    if is_store_url(to):
+        try:
+            work = WorkStream(StoreAddress.parse(to, flag="--to"), flag="--to")
+            store = work.address.connect()
+        except ConfigError as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        # One once-key per dead record (its id and when it ended): the same requeue run again adds nothing.
+        once = ((f"{work.stream}:requeued:{item.id}:{dead[item.id].get('finished')}", item) for item in requests)
+        with store:
+            return submit_work(store, work, once, remember_ids=_REMEMBER_REQUEUED)[0]
+    if to == "-":
+        _write_lines(sys.stdout, requests)
+        return len(requests)
+    try:
+        with open(to, "x", encoding="utf-8") as file:  # never over the input or the results it came from
+            _write_lines(file, requests)
+    except OSError as exc:
+        parser.exit(2, f"{parser.prog}: error: --to {to}: {exc.strerror or exc}\n")
+    return len(requests)
+
+
+def _write_lines(out: IO[str], requests: list[Work]) -> None:
+    out.writelines(f"{item.as_line()}\n" for item in requests)
+    out.flush()
+
+
+def _shown(to: str) -> str:
+    return str(StoreAddress.parse(to, flag="--to")) if is_store_url(to) else "standard output" if to == "-" else to
