@@ -14,12 +14,12 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup nginx run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
+.PHONY: help setup nginx prometheus run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: $(STAMP) nginx  ## create or refresh .venv from requirements.txt; install Debian's nginx where missing
+setup: $(STAMP) nginx prometheus  ## create or refresh .venv from requirements.txt; install Debian's nginx and prometheus where missing
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
@@ -38,6 +38,18 @@ nginx:  ## install Debian's nginx where missing (apt-get, as root); part of setu
 	echo "installing Debian's nginx (apt-get install nginx)"; \
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >/dev/null \
 		|| echo "$(NGINX_MISSING); apt-get install nginx failed" >&2
+
+# Debian's prometheus package gives promtool (the alert rules' tests) and a real Prometheus server (the test that
+# scrapes a running daemon and runs the dashboard's queries). Where it cannot be installed those tests skip.
+PROMETHEUS_MISSING := prometheus is missing: the alert rule and real-Prometheus tests skip (install Debian's prometheus package)
+
+prometheus:  ## install Debian's prometheus (promtool and the server) where missing (apt-get, as root); part of setup
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "$(PROMETHEUS_MISSING); apt-get as root is needed to install it here" >&2; exit 0; fi; \
+	echo "installing Debian's prometheus (apt-get install prometheus)"; \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) \
+		>/dev/null || echo "$(PROMETHEUS_MISSING); apt-get install prometheus failed" >&2
 
 run-server: setup  ## start the reference server in the background on $(HOST):$(PORT); refuses a port already taken
 	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \
@@ -77,7 +89,7 @@ BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
 
-bench: setup  ## nineteen rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential; fixed-window, leaky-bucket, sliding-counter, decaying-counter against the server's emulations; flask-limiter, nginx), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png
+bench: setup  ## twenty-one rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential, far-incoming, far-outgoing; fixed-window, leaky-bucket, sliding-counter, decaying-counter against the server's emulations; flask-limiter, nginx), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png
 	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30

@@ -12,7 +12,8 @@ import signal
 import socket
 import ssl
 import sys
-from dataclasses import replace
+import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 from . import defaults
@@ -25,6 +26,7 @@ from .cluster.stream_results import StreamJournal, StreamResults
 from .cluster.stream_source import HeldEntries, StreamSource
 from .cluster.store_watch import StoreWatch
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
+from .config_file import file_arguments, shown
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
 from .errors import ConfigError, StateNotWritten, StoreUnavailable, ThreadClientError
@@ -37,16 +39,17 @@ from .io.transport import HttpTransport, learn_server_clock, tls_context
 from .limits.keys import HostKeyPool
 from .limits.order_rule import InvalidNonceCost, OrderRule
 from .limits.scopes import RuleScopes
-from .limits.timestamps import ServerClock, ServerTimestamps
+from .limits.timestamps import AGREE, ServerClock, ServerTimestamps
 from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
 from .profile import DEFAULT_PROFILE, ProfileError, Signer, load_profile
 from .profile.endpoints import Endpoints
 from .profile.model import PARAMS_IN
 from .profile.command import profile_main
+from .requeue import requeue_main
 from .resumability import Resumability
 
-__all__ = ["build_config", "build_daemon", "main"]
+__all__ = ["build_config", "build_daemon", "config_main", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +60,8 @@ _SAME_AS_CONFIG = (
     "queue_size", "load", "source", "follow", "duration", "metrics_interval", "metrics_port", "outage_after",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
-
-
-# Beside the daemon (no sub-command): work into the shared store, and its state.
-_SUBCOMMANDS = {"submit": submit_main, "status": status_main, "profile": profile_main}
+# Options that name a file or folder: given in a config file, a relative one is taken from the file's folder.
+_PATHS = ("profile", "ca_file", "keys_file", "state_dir", "source", "log_file", "graveyard", "results", "summary_json")
 
 
 def _ms(seconds: float) -> float:
@@ -84,9 +85,15 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"Keys: --keys-file, else ${KEYS_ENV} (comma or space separated), else the reference "
         f"server's public test keys. {EXIT_HELP} Sub-commands beside the daemon: '{PROG} submit --to URL FILE' "
         f"puts requests into a work stream, '{PROG} status --redis URL' shows its state, '{PROG} profile "
-        "list|show|check' lists, shows and checks API profiles (each has --help).",
+        "list|show|check' lists, shows and checks API profiles, '{PROG} config show' prints the effective "
+        f"configuration, '{PROG} requeue FILE --outcome NAMES --to PATH|-|URL' writes a results file's dead letters as "
+        "input again (each has --help).",
     )
     add = p.add_argument
+    add("--config", type=_path, metavar="PATH",
+        help="read settings from this TOML file: each key a long flag without its dashes (threads-per-key = 4; "
+        "true or false for a switch such as follow), a relative path taken from the file's folder; flags given "
+        "here override it")
     add("--url", default=DEFAULT_URL,
         help="the API: its base (http[s]://HOST[:PORT][/PREFIX]) or the full endpoint (base and the profile's path) "
         "(default %(default)s)")
@@ -181,10 +188,34 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# Reads --config alone, before the rest: where the settings under the command line's come from.
+_CONFIG_FLAG = OneLineParser(prog=PROG, add_help=False)
+_CONFIG_FLAG.add_argument("--config", type=_path, help="the config file, read before the other flags")
+
+
 def build_config(argv: list[str] | None = None) -> Config:
-    """Parse the command line into a Config; exits with code 2 and one line on stderr if it is invalid."""
+    """Parse the command line (and its --config file) into a Config; exits with code 2 and one line on stderr
+    if it is invalid."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    return _config_of(parser, _arguments(parser, argv))
+
+
+def _arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command line over its ``--config`` file over the defaults: the file's keys are read as the flags
+    they stand for, before the command line's own (argparse keeps an option's last value)."""
+    argv = sys.argv[1:] if argv is None else argv
+    given = _CONFIG_FLAG.parse_known_args(argv)[0].config
+    if given is None:
+        return parser.parse_args(argv)
+    try:
+        from_file = file_arguments(given, parser, _PATHS)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    return parser.parse_args([*from_file, *argv])
+
+
+def _config_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Config:
+    """The Config the parsed arguments make; exits through ``parser.error`` (code 2, one line) if it is invalid."""
     try:
         from_stream = is_store_url(args.source)
         if args.results is None and args.source != "generate" and not from_stream:
@@ -311,11 +342,13 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     order_latency = math.inf if delivery.one_in_flight else config.order_latency if profile.nonce.ordered else 0.0
     ring_rate, ring_window = config.order_ring
     order_rule = None if delivery.one_in_flight or not profile.nonce.ordered else OrderRule(
-        config.order_latency, rate=ring_rate, window=ring_window, cost=config.invalid_nonce)
-    limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints)
+        config.order_latency, rate=ring_rate, window=ring_window, threads=config.threads_per_key,
+        cost=config.invalid_nonce)
+    server_clock, timestamps = _server_clock(config, context, clock)
+    limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints,
+                        server_clock=server_clock)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
     admit = Endpoints(profile.request, config.limit_rules).admit
-    server_clock, timestamps = _server_clock(config, context)
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
@@ -376,7 +409,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         transports=lambda key: HttpTransport(
             config.url, key.secret, config.http_timeout, ssl_context=context, profile=profile,
             signer=Signer(profile.sign, config.secret_of(key.secret)) if profile.sign is not None else None,  # type: ignore[arg-type]
-            server_clock=server_clock, may_send=key.may_send,
+            secret=config.secret_of(key.secret), server_clock=server_clock, may_send=key.may_send,
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes, strike_budget=config.strike_budget),
@@ -384,21 +417,46 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     )
 
 
-def _server_clock(config: Config, context: ssl.SSLContext | None) -> tuple[ServerClock | None, ServerTimestamps | None]:
-    """For a timestamp API: the estimate of the server's clock every answer teaches, asked once of the
-    profile's time endpoint first (if it names one), and the keys' timestamps drawn from it."""
+#: At start the server's clock is read until known to this many ms (a Date's second narrows only between
+#: readings either side of its tick), at most this many times, this many seconds apart: about a second.
+CLOCK_WIDTH_MS, CLOCK_READS, CLOCK_SPACING_S = 150.0, 12, 0.1
+
+
+def _server_clock(
+    config: Config, context: ssl.SSLContext | None, clock: Clock,
+) -> tuple[ServerClock | None, ServerTimestamps | None]:
+    """For a timestamp API or a fixed-window limit: the estimate of the server's clock (against ``clock``, the
+    limits' own) that every answer's Date teaches; for a timestamp API, the keys' timestamps drawn from it.
+    It is read before any key sends, from the time endpoint or the Date of a request that spends nothing
+    (``_read_server_clock``). If the server cannot be asked, a fixed window is honoured as a rolling one and
+    timestamps guess that the server's clock is the wall clock until the answers teach it."""
     nonce = config.profile.nonce
-    if not nonce.is_timestamp:
+    aligned = any(rule.algorithm == "fixed-window" for rule in config.limit_rules)
+    if not (nonce.is_timestamp or aligned):
         return None, None
-    server_clock = ServerClock()
-    if nonce.time_path:
-        try:
-            learn_server_clock(config.url, config.profile, server_clock, config.http_timeout, context)
-            log.info("server clock: %+.0f ms from ours (asked %s)", server_clock.offset_ms, nonce.time_path)
-        except (OSError, ValueError) as exc:
-            log.warning("server clock: %s could not be read (%s); learning it from the answers' Date", nonce.time_path,
-                        exc)
-    return server_clock, ServerTimestamps(server_clock, per_ms=1000 if nonce.style == "timestamp-us" else 1)
+    server_clock = ServerClock(lambda: clock() * 1000)
+    asked = nonce.time_path or f"the Date of HEAD {config.profile.request.path}"
+    try:
+        _read_server_clock(config, context, server_clock, clock)
+    except (OSError, ValueError) as exc:
+        log.warning("server clock: %s could not be read (%s); learning it from the answers' Date", asked, exc)
+    else:
+        log.info("server clock: %+.0f ms from our wall clock (asked %s)", server_clock.ahead_of_guess_ms(), asked)
+    return server_clock, ServerTimestamps(server_clock, per_ms=nonce.per_ms) if nonce.is_timestamp else None
+
+
+def _read_server_clock(config: Config, context: ssl.SSLContext | None, server_clock: ServerClock,
+                       clock: Clock) -> None:
+    """Read the server's clock as many times as readings must agree, then on, ``CLOCK_SPACING_S`` apart, until it
+    is known to ``CLOCK_WIDTH_MS`` (at most ``CLOCK_READS``: a Date's tick falls between two of them). Raises
+    OSError or ValueError if a reading fails."""
+    for read in range(1, CLOCK_READS + 1):
+        learn_server_clock(config.url, config.profile, server_clock, config.http_timeout, context)
+        bounds = server_clock.interval(clock() * 1000)
+        if bounds is not None and bounds[1] - bounds[0] <= CLOCK_WIDTH_MS:
+            return
+        if read >= AGREE:
+            time.sleep(CLOCK_SPACING_S)
 
 
 def _configure_logging(config: Config) -> None:
@@ -419,6 +477,33 @@ def _configure_logging(config: Config) -> None:
     root.setLevel(config.log_level)
 
 
+def config_main(argv: list[str], prog: str) -> int:
+    """``config show [OPTIONS]``: print the configuration the daemon would run with (the command line over
+    its --config file over the defaults, and what the profile decides), as a config file; secrets never shown."""
+    parser = OneLineParser(prog=f"{prog} config", description="Print the configuration the daemon would run with.")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("show", usage=f"{prog} config show [-h] [--config PATH] [DAEMON OPTIONS]",
+                     help="print the effective configuration as a config file (TOML)",
+                     description="Print the configuration the daemon would run with, given the same options: "
+                     "the command line over its --config file over the defaults, with what the profile decides "
+                     "filled in. A password in a URL shows as ***; the keys file is named, its keys never shown. "
+                     f"Takes every option of the daemon ({prog} --help).")
+    rest = parser.parse_known_args(argv)[1]
+    daemon = _parser()
+    args = _arguments(daemon, rest)
+    config = _config_of(daemon, args)
+    # What the daemon decides from the profile and the other settings (its member name: at its own start).
+    decided = {field.name: getattr(config, field.name) for field in fields(config) if field.name != "member"}
+    decided.update(window_ms=None if config.window is None else _ms(config.window),
+                   params_in=config.profile.request.params_in)
+    print(shown(daemon, args, decided, f"{len(config.keys)} from {config.keys_source}", _PATHS))
+    return 0
+
+
+# Beside the daemon (no sub-command): work into the shared store, and its state; profiles; the configuration;
+# dead letters sent again.
+_SUBCOMMANDS = {"submit": submit_main, "status": status_main, "profile": profile_main, "config": config_main,
+                "requeue": requeue_main}
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

@@ -163,11 +163,13 @@ class Config:
         profile = self.profile
         if self.secrets and len(self.secrets) != len(self.keys):
             raise ConfigError("secrets must be given one per key")
+        needs = ("signs requests" if profile.sign is not None else
+                 "sends the key's secret in a header" if profile.request.names_secret else "")
+        missing = [index + 1 for index, secret in enumerate(self.secrets or (None,) * len(self.keys)) if secret is None]
+        if needs and missing:
+            raise ConfigError(f"profile {profile.name} {needs}: key(s) number {', '.join(map(str, missing))} "
+                              f"of the {self.keys_source} have no secret (give KEY SECRET per line)")
         if profile.sign is not None:
-            missing = [index + 1 for index, secret in enumerate(self.secrets or (None,) * len(self.keys)) if secret is None]
-            if missing:
-                raise ConfigError(f"profile {profile.name} signs requests: key(s) number {', '.join(map(str, missing))} "
-                                  f"of the {self.keys_source} have no secret (give KEY SECRET per line)")
             for index, secret in enumerate(self.secrets):
                 try:
                     signer = Signer(profile.sign, secret)  # type: ignore[arg-type]  # checked above: none is None

@@ -143,8 +143,10 @@ class Mode:
         if "exactly-once" in self.client_args or self.gateway is not None:
             return 1.0
         args = dict(zip(self.server_args[::2], self.server_args[1::2]))
-        return round(best_gap(int(args.get("--max-latency-ms", 50)), dist=args.get("--latency-dist", "uniform"),
-                              sends=6000).of_ceiling, 3)
+        both = args.get("--max-latency-ms", 50)
+        outgoing = args.get("--max-outgoing-latency-ms", both)
+        return round(best_gap(int(args.get("--max-incoming-latency-ms", both)), max_outgoing_ms=int(outgoing),
+                              dist=args.get("--latency-dist", "uniform"), sends=6000).of_ceiling, 3)
 
 
 GATEWAY_PROFILE = str(REPO_ROOT / "examples" / "profiles" / "leaky-bucket-gateway.toml")
@@ -177,6 +179,10 @@ MODES = {
     "latency-change": Mode("saturate", slowdown=0.1),
     # The same mean as far-90, with a long tail.
     "far-exponential": Mode("saturate", server_args=("--max-latency-ms", "90", "--latency-dist", "exponential")),
+    # All the latency before the stamp (0-100 ms in, none out), then all of it after: the round trips look
+    # alike, the refusals tell the rule which it is (sends can swap in the first, never in the second).
+    "far-incoming": Mode("saturate", server_args=("--max-incoming-latency-ms", "100", "--max-outgoing-latency-ms", "0")),
+    "far-outgoing": Mode("saturate", server_args=("--max-incoming-latency-ms", "0", "--max-outgoing-latency-ms", "100")),
     # Each other limit algorithm, emulated by the server, stated in the client's profile.
     "fixed-window": Mode("saturate", server_args=("--limit-model", "fixed-window"),
                          limit=LimitRule("per key", "fixed-window", limit=RATE, period_ms=1000)),
@@ -307,9 +313,9 @@ def _measure(
         created=int(created),
         accepted=int(client_delta("accepted")),
         accepted_of_created=round(client_delta("accepted") / created, 4) if created else 0.0,
-        graveyard=int(client_delta("graveyard")),
+        graveyard=int(client_delta("dead_letters")),
         expired=int(client_delta("expired")),
-        retries=int(client_delta("retried")),
+        retries=int(client_delta("retries")),
         mean_round_trip_ms=round(mean_rtt_ms, 2),
         latency_p50_ms=round(window_percentile(e2e0, e2e1, 50), 1),
         latency_p95_ms=round(window_percentile(e2e0, e2e1, 95), 1),
@@ -346,7 +352,8 @@ def format_table(rows: list[BenchRow]) -> str:
 # Far from the exchange, where invalid nonces cost only their slot: the share of the strike-free ceiling
 # each row must reach (the model's best fixed gap reaches 0.89 at 0-90 ms, 0.77 at 0-150 ms), and every
 # slow row within 5 % of what the model says the best fixed gap reaches at its latency.
-FAR_TARGETS = {"slow-server": 0.0, "far-90": 0.88, "far-150": 0.77, "far-exponential": 0.0, "latency-change": 0.0}
+FAR_TARGETS = {"slow-server": 0.0, "far-90": 0.88, "far-150": 0.77, "far-exponential": 0.0, "latency-change": 0.0,
+               "far-incoming": 0.0, "far-outgoing": 0.0}
 
 
 def verdicts(row: BenchRow, rows: list[BenchRow]) -> list[str]:

@@ -53,9 +53,9 @@ def _run(script: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def _shape(line: str, url: str) -> str:
     """A line of output with the server's address made the default, a folder ``mktemp -d`` made (its name is
-    random) made ``TMP``, and every number (a time too) made N."""
+    random) made ``TMP``, and every number (a time too, and a signed offset such as a clock's +3 or -1) made N."""
     line = re.sub(r"\S*/tmp\.\w{10}\b", "TMP", line.replace(url, DEFAULT_URL))
-    return re.sub(r"\d+(?:\.\d+)?", "N", line)
+    return re.sub(r"(?:(?<=\s)[+-])?\d+(?:\.\d+)?", "N", line)
 
 
 @pytest.mark.parametrize("page", RUN_PAGES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import http.client
 import json
@@ -18,11 +19,12 @@ from ..clock import Clock, monotonic
 from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterSend, SendFenced, StaleConnection
 from ..limits.timestamps import ServerClock
 from ..parts import Answer
-from ..profile import Profile, RequestShape, Signer
+from ..profile import JsonPath, Profile, RequestShape, Secret, Signer
 from .request_writer import ParameterTaken, RequestWriter
 
 __all__ = [
-    "HttpTransport", "base_path", "endpoint_of", "idle_limit", "learn_server_clock", "parse_retry_after", "tls_context",
+    "HttpTransport", "base_path", "endpoint_of", "idle_limit", "learn_server_clock", "parse_retry_after",
+    "server_time_ms", "tls_context",
 ]
 
 _REFERENCE_PATH = RequestShape().path
@@ -80,15 +82,16 @@ class HttpTransport:
         ssl_context: ssl.SSLContext | None = None,
         profile: Profile | None = None,
         signer: Signer | None = None,
+        secret: Secret | None = None,
         server_clock: ServerClock | None = None,
         may_send: Callable[[], bool] = lambda: True,
         clock: Clock = monotonic,
     ) -> None:
         profile = profile or Profile("reference", "the contract")
         self._writer = RequestWriter(base_path(url, profile.request.path), api_key, profile.request, profile.nonce,
-                                     profile.sign, signer)
+                                     profile.sign, signer, secret)
         self.endpoint = endpoint_of(url, profile.request.path)
-        # A timestamp API: every answer's Date teaches the estimate of the server's clock.
+        # A timestamp API or a fixed window: every answer's Date teaches the estimate of the server's clock.
         self._server_clock = server_clock
         self._connection = _connection_to(url, timeout, ssl_context)
         # How long the kept connection may sit idle before it is replaced, from the server's own
@@ -123,7 +126,7 @@ class HttpTransport:
         connection = self._connection
         reused, self._fresh = not self._fresh, False
         replaced_stale, self._replaced_stale = self._replaced_stale, False
-        sent_ms = self._server_clock.wall_ms() if self._server_clock is not None else 0.0
+        sent_ms = self._server_clock.local_ms() if self._server_clock is not None else 0.0
         if not self._may_send():  # last: the build and the connect may have outlasted the lease the worker checked
             raise SendFenced("the key's lease ended before the request could leave")
         try:
@@ -143,7 +146,7 @@ class HttpTransport:
             raise ResetAfterSend(f"{type(exc).__name__}: {exc}") from exc
         self._idle_since = self._clock()
         if self._server_clock is not None:
-            self._server_clock.observe_date(response.getheader("Date"), sent_ms, self._server_clock.wall_ms())
+            self._server_clock.observe_date(response.getheader("Date"), sent_ms, self._server_clock.local_ms())
         if not reused:  # a server's keep-alive policy is read once per connection, not on every answer
             self._idle_limit = idle_limit(response.getheader("Keep-Alive"))
         # Retry-After only matters for a failure: no header lookup on the common 200 path.
@@ -269,26 +272,62 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 def learn_server_clock(
     url: str, profile: Profile, server_clock: ServerClock, timeout: float, ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Ask the profile's time endpoint (``GET time_path``, whose JSON ``time_field`` is the server's clock in
-    ms) once, and teach ``server_clock`` what it says. Raises OSError or ValueError if it cannot be read."""
-    path, field = profile.nonce.time_path, profile.nonce.time_field
+    """Ask the profile's time endpoint (``GET time_path``, whose JSON ``time_field`` path holds the server's clock
+    in ``time_unit``) once, and teach ``server_clock`` what it says; without one, read the ``Date`` of a ``HEAD``
+    of the request's path (no key, no nonce: nothing is spent). Raises OSError or ValueError if it cannot be
+    read."""
+    path, field = profile.nonce.time_path, JsonPath(profile.nonce.time_field)
+    base = base_path(url, profile.request.path)
+    method, target = ("GET", f"{base}{path}") if path else ("HEAD", f"{base}{profile.request.path}")
     connection = _connection_to(url, timeout, ssl_context)
     try:
-        sent = server_clock.wall_ms()
-        connection.request("GET", f"{base_path(url, profile.request.path)}{path}")
+        sent = server_clock.local_ms()
+        connection.request(method, target, headers={"User-Agent": profile.request.user_agent})
         response = connection.getresponse()
         body = response.read()
-        received = server_clock.wall_ms()
+        received = server_clock.local_ms()
     except http.client.HTTPException as exc:
         raise OSError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         connection.close()
+    if not path:
+        if response.getheader("Date") is None:
+            raise ValueError(f"{method} {target} answered with no Date")
+        server_clock.observe_date(response.getheader("Date"), sent, received)
+        return
     if response.status != 200:
         raise ValueError(f"{path} answered {response.status}")
     try:
-        value = json.loads(body).get(field) if body.startswith(b"{") else None
+        value = field.find(json.loads(body))
     except RecursionError as exc:
         raise ValueError(f"{path} answered JSON nested too deep") from exc
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ValueError(f"{path} gave no number in {field!r}")
-    server_clock.observe(float(value), sent, received)
+    except (ValueError, LookupError) as exc:  # not JSON, or nothing at the path
+        raise ValueError(f"{path} gave no {field.text!r}") from exc
+    server_ms, resolution_ms = server_time_ms(value, profile.nonce.time_unit)
+    server_clock.observe(server_ms, sent, received, resolution_ms=resolution_ms)
+
+
+def server_time_ms(value: object, unit: str) -> tuple[float, float]:
+    """A time endpoint's reading in ``unit`` (``TIME_UNITS``: a number, or a string of one, or an ISO-8601 date) as
+    epoch ms, and how coarse it is (ms): whole seconds are true to a second. Raises ValueError if it is none."""
+    if unit == "iso":
+        if not isinstance(value, str):
+            raise ValueError(f"the server's time {value!r} is no ISO-8601 date")
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"the server's time {value!r} is no ISO-8601 date") from None
+        if when.tzinfo is None:
+            raise ValueError(f"the server's time {value!r} names no time zone")
+        return when.timestamp() * 1000, 1.0 if when.microsecond else 1000.0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"the server's time {value!r} is no number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"the server's time {value!r} is no number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"the server's time {value!r} is no number")
+    if unit == "s":
+        return number * 1000, 1000.0 if number.is_integer() else 1.0
+    return (number / 1000 if unit == "us" else number), 1.0
