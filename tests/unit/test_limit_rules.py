@@ -273,7 +273,7 @@ def test_an_endpoint_scoped_rule_gives_each_endpoint_of_a_key_its_own_state():
                                                             "per endpoint (POST /api/order)"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rule=rules, steps=st.lists(st.tuples(st.floats(0, 0.5), st.booleans(), st.integers(1, 3)), max_size=40))
 def test_the_budget_left_is_the_largest_send_that_fits_now(rule, steps):
     assert_budget_left_fits(rule.new_state(), steps)
@@ -323,7 +323,7 @@ fixed_windows = st.builds(LimitRule, st.just("fixed"), st.just("fixed-window"), 
                           period_ms=st.integers(50, 1000))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     rule=costed(fixed_windows),
     threads=st.integers(1, 6),
@@ -414,7 +414,7 @@ def test_the_windows_are_placed_by_the_learnt_interval_never_its_middle(monkeypa
     assert refusals(result, [(rule, {0: "key"})], epoch, 250) > 0
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rule=fixed_windows, draw=st.randoms(use_true_random=False), threads=st.integers(1, 6),
        hold=st.sampled_from([0.0, 0.05, 0.3]), sends=st.integers(5, 120), offset_ms=st.integers(-5000, 5000),
        resolution_ms=st.sampled_from([1, 1000]))
@@ -431,7 +431,7 @@ def test_no_placement_of_stamps_within_what_an_aligned_window_knows_brings_a_ref
     assert refused == [], f"{rule} refused at {refused[:3]} (epoch {dates.epoch}, offset {offset_ms} ms)"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rule=fixed_windows, seed=st.integers(0, 2**32),
        steps=st.lists(st.tuples(st.floats(0, 0.5), st.booleans(), st.integers(1, 3)), max_size=40))
 def test_an_aligned_window_s_budget_left_is_the_largest_send_that_fits_now(rule, seed, steps):

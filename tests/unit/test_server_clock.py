@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from conftest import FakeClock
-from thread_client.limits.timestamps import ServerClock
+from thread_client.limits.timestamps import RECENT, ServerClock
 
 OFFSET = 40_250.0  # the server's clock runs this far ahead of ours, ms
 
@@ -34,8 +34,14 @@ def test_one_reading_from_a_skewed_node_moves_the_estimate_by_nothing():
     at = ours() + 100.0  # one instant to compare at: the interval widens with time (the drift)
     before, offset = clock.interval(at), clock.offset_ms
     read(clock, ours, OFFSET + 7_000)  # one node's clock 7 s off
-    assert clock.interval(at) == before and clock.offset_ms == offset
-    assert before[0] <= OFFSET <= before[1]
+    assert clock.offset_ms == offset and before[0] <= OFFSET <= before[1]
+    # A limit aligned to the clock does not bet on it while the dissent is recent (it may be a step's first sign)...
+    assert clock.interval(at) is None
+    for _ in range(RECENT):
+        read(clock, ours, OFFSET)
+    # ...and gets it back, no wider, once it has aged out.
+    low, high = clock.interval(at)
+    assert before[0] <= low <= OFFSET <= high <= before[1]
 
 
 def test_a_real_step_is_followed_once_five_of_the_last_nine_readings_agree_on_it():
@@ -90,3 +96,19 @@ def test_many_workers_teaching_at_once_leave_the_exact_common_part_of_their_read
     lows = [OFFSET - reading for _, reading in readings]
     highs = [OFFSET - reading + 1000 + width(thread, reading) for thread, reading in readings]
     assert clock.interval(ours()) == (max(lows), min(highs))
+
+
+def test_a_date_may_be_as_old_as_the_profile_says_and_the_interval_allows_for_it():
+    """A server that renders its Date once a second (uvicorn) shows one up to a second old: readings of such a
+    server must leave room for it; one that writes its Date as it answers (the reference server) need not."""
+    widths = {}
+    for lag_ms in (0, 1000):
+        ours = FakeClock(5_000_000.0)
+        clock = ServerClock(ours, date_lag_ms=lag_ms)
+        for _ in range(3):
+            sent = ours()
+            ours.advance(4.0)
+            clock.observe_date("Wed, 25 Nov 2026 06:11:05 GMT", sent, ours())
+        low, high = clock.interval(ours())
+        widths[lag_ms] = high - low
+    assert widths[0] <= 1000 < 2000 - 10 <= widths[1000]

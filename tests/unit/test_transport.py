@@ -82,6 +82,28 @@ def test_no_answer_after_the_request_was_written_is_a_timeout_that_hands_over_it
             again.value.connection.close()
 
 
+def test_on_sent_is_told_once_the_request_is_written_before_its_answer_is_read():
+    """The key's next nonce may be drawn once this request's bytes left (``on_sent``), not only once its answer
+    came: told on a silent server, after the request reached it and before any answer."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        transport = HttpTransport(f"http://127.0.0.1:{silent.getsockname()[1]}", "KEY", timeout=0.2)
+        accepted: list[socket.socket] = []
+
+        def arrived() -> bytes:
+            """What the server side has received so far; it stays open and silent."""
+            accepted.append(silent.accept()[0])
+            return accepted[0].recv(4096)
+
+        told = []
+        with pytest.raises(AnswerTimedOut) as timed_out:
+            transport.send(1, "1", on_sent=lambda: told.append(b"nonce=1" in arrived()))
+        timed_out.value.connection.close()
+        accepted[0].close()
+    assert told == [True]
+
+
 class ScriptedServer:
     """A one-thread HTTP server on a free loopback port that plays a script, one step per request
     read: ``("answer", headers)`` answers 200 OK and keeps the connection; ``("close", None)``

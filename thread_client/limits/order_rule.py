@@ -59,6 +59,13 @@ _EVIDENCE = 64.0  # sends at risk (decayed alike) before the refusals decide the
 _PAIRINGS = (1, 7, 31, 127)  # each round trip is paired with the ones this far after it, for the differences
 
 
+def _bucket(gap_ms: int) -> int:
+    """A gap at risk as the fit counts it: to the ms below 100 ms, to 10 ms below a second, to 100 ms above (the
+    fit's cost grows with the distinct gaps, and the swap chance changes slowly with long ones)."""
+    step = 1 if gap_ms < 100 else 10 if gap_ms < 1000 else 100
+    return gap_ms - gap_ms % step
+
+
 class InvalidNonceCost(enum.Enum):
     """What a 400 invalid nonce costs at the exchange."""
 
@@ -135,7 +142,7 @@ class OrderRule:
         with self._lock:
             self._sent += 1
             if after_unanswered is not None:
-                gap_ms = min(_GRID_MS, round(1000 * after_unanswered))
+                gap_ms = _bucket(min(_GRID_MS, round(1000 * after_unanswered)))
                 self._at_risk[gap_ms] = self._at_risk.get(gap_ms, 0.0) + 1
 
     def refused(self) -> None:
@@ -169,8 +176,10 @@ class OrderRule:
             return sum(sends * self._at_risk_chance(gap_ms / 1000, share) for gap_ms, sends in self._at_risk.items())
 
         low, high = 0.0, _WIDEST
-        if predicted(high) <= target:
-            return high
+        if predicted(high) <= target:  # even the widest share predicts no more than that
+            # More refusals than it explains: the widest (a thread that sends late). None that tell anything
+            # (every send at risk was at a gap where nothing swaps): what is known stays.
+            return high if self._refused > predicted(high) else self._share
         for _ in range(20):
             middle = (low + high) / 2
             low, high = (middle, high) if predicted(middle) < target else (low, middle)
@@ -202,7 +211,7 @@ class OrderRule:
         spread_ms = int(1000 * share * self._differences[-1]) + 2
         longest = min(_GRID_MS, max(spread_ms, int(1000 / slots_per_s) + 1))
         best_rate, best_gap, shortest_allowed = -1.0, longest / 1000, None
-        for gap_ms in range(1, longest + 1):
+        for gap_ms in itertools.chain(range(1, min(longest, 100) + 1), range(105, longest + 1, 5)):
             gap = gap_ms / 1000
             swap = self._swap_chance(gap, share)
             if swap > limit:
@@ -210,7 +219,8 @@ class OrderRule:
             if shortest_allowed is None:
                 shortest_allowed = gap
             shorter = bisect.bisect_left(ordered, gap)  # the gate opens at their answers, the others' at the gap
-            gate_per_s = count / (below[shorter] + gap * (count - shorter))
+            waited = below[shorter] + gap * (count - shorter)
+            gate_per_s = count / waited if waited > 0 else math.inf  # round trips of 0: the gate never waits
             accepted = (gate_per_s ** -_BOTH + slots_per_s ** -_BOTH) ** (-1 / _BOTH) * (1 - swap)
             if accepted >= best_rate * (1 - _EVEN):  # of two gaps as good, the longer: it bets less
                 best_rate, best_gap = max(best_rate, accepted), gap

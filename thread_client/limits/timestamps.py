@@ -19,9 +19,11 @@ AGREE = 3
 #: Of the last ``RECENT`` readings, ``STEP`` that agree among themselves and not with the estimate mean the
 #: server's clock was set: a majority, so one skewed node among several never moves the estimate.
 RECENT, STEP = 9, 5
-#: How fast two clocks may drift apart (100 ppm, a crystal's worst): each edge of the interval widens by
-#: this much per ms since a reading last set it, so the interval keeps holding the offset between readings.
-DRIFT = 1e-4
+#: How fast two clocks may drift apart (1000 ppm: a crystal's worst is 100, ntpd slews at up to 500): each edge
+#: of the interval widens by this much per ms since a reading last set it, so the interval keeps holding the
+#: offset between readings. A clock slewed faster (chrony after a large step) is outside the argument; one that
+#: was set shows as readings that disagree, and a limit aligned to the clock waits for them (``interval``).
+DRIFT = 1e-3
 
 
 def wall_millis() -> float:
@@ -47,8 +49,10 @@ class ServerClock:
     for ``now_ms`` until a reading came. Safe to call from every worker at once.
     """
 
-    def __init__(self, local_ms: Millis = monotonic_millis, guess_ms: Millis = wall_millis) -> None:
+    def __init__(self, local_ms: Millis = monotonic_millis, guess_ms: Millis = wall_millis,
+                 date_lag_ms: float = 1000.0) -> None:
         self.local_ms = local_ms
+        self._date_lag_ms = date_lag_ms  # how far behind the server's clock a Date may be (a cached one)
         self._guess_ms = guess_ms
         # Guards the interval, its ages, the count and the recent readings; held only for the arithmetic.
         self._lock = threading.Lock()
@@ -71,9 +75,11 @@ class ServerClock:
         return self._agreed >= AGREE
 
     def interval(self, at_ms: float) -> tuple[float, float] | None:
-        """The offset's bounds (ms) at our ``at_ms``, aged by the drift; None until ``learnt``."""
+        """The offset's bounds (ms) at our ``at_ms``, aged by the drift; None until ``learnt``, and while one of
+        the last ``RECENT`` readings disagrees with them: a skewed node, or the first sign that the server's
+        clock was set, which a limit aligned to that clock must not bet on until it is settled either way."""
         with self._lock:
-            if self._agreed < AGREE:
+            if self._agreed < AGREE or not all(agrees for _, _, agrees in self._recent):
                 return None
             return self._aged(at_ms)
 
@@ -104,7 +110,7 @@ class ServerClock:
                 return
             last_ms = parsed.timestamp() * 1000
             self._date = (date, last_ms)
-        self.observe(last_ms, sent_ms, received_ms, resolution_ms=1000)
+        self.observe(last_ms, sent_ms, received_ms, resolution_ms=1000 + self._date_lag_ms)
 
     def observe(self, server_ms: float, sent_ms: float, received_ms: float, resolution_ms: float = 1.0) -> None:
         """A server stamp ``server_ms`` (true to ``resolution_ms``) taken between ``sent_ms`` and ``received_ms``."""
