@@ -62,7 +62,8 @@ def test_a_reading_keeps_the_servers_words():
 
 
 def test_ambiguous_outcomes_are_those_that_may_have_been_accepted():
-    assert {o for o in Outcome if o.ambiguous} == {Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET}
+    assert {o for o in Outcome if o.ambiguous} == {Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET,
+                                                   Outcome.AMBIGUOUS}
 
 
 # -- the retry policy --------------------------------------------------------------------
@@ -110,6 +111,20 @@ def test_an_invalid_nonce_resyncs_the_key_and_retries_at_once_for_free_until_it_
 def test_any_other_400_rejects_the_request_for_good():
     action = policy(max_retries=5).decide(Outcome.REJECTED, failures=0, detail="amount too large")
     assert action == Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason="amount too large")
+
+
+def test_a_duplicate_is_a_final_outcome_of_its_own_never_a_rejection():
+    # The exchange has the first copy of this client id: buried as "rejected", the user would send the order again.
+    action = policy(max_retries=5).decide(Outcome.DUPLICATE, failures=0, detail="Duplicate order sent.")
+    assert action == Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, reason="Duplicate order sent.")
+
+
+def test_an_answer_that_says_the_exchange_does_not_know_is_retried_as_any_ambiguous_attempt():
+    # At least once: sent again under a fresh nonce after a backoff, spending a retry (the worker counts it ambiguous).
+    action = policy(max_retries=5).decide(Outcome.AMBIGUOUS, failures=1)
+    assert (action.request, action.key, action.spend, action.reason) == (RequestStep.RETRY, KeyStep.KEEP, True,
+                                                                         "ambiguous")
+    assert policy(max_retries=1).decide(Outcome.AMBIGUOUS, failures=1).final is FinalOutcome.RETRIES_EXHAUSTED
 
 
 @pytest.mark.parametrize("outcome", [Outcome.KEY_BLOCKED, Outcome.INVALID_KEY, Outcome.FORBIDDEN])

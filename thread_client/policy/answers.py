@@ -11,9 +11,15 @@ import enum
 import functools
 import http
 import json
+import re
+import time
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
-from ..profile import AnswerRule, Profile, load_profile
+from ..parts import NO_HEADERS
+from ..profile import AnswerRule, JsonPath, Profile, load_profile
+from ..profile.model import rule_headers
+from .retry_time import retry_seconds
 
 __all__ = ["AnswerTable", "Outcome", "Reading", "reference_table"]
 
@@ -37,6 +43,8 @@ class Outcome(enum.Enum):
     EXPIRED = "expired"  # the time-to-live passed before a slot was free
     INTERNAL_ERROR = "internal_error"  # the client itself failed while handling the attempt
     UNKNOWN = "unknown"  # exactly-once: the fate of an ambiguous attempt could not be settled (stopped first)
+    AMBIGUOUS = "ambiguous"  # the exchange says it does not know (Binance's -1007): it may have executed
+    DUPLICATE = "duplicate"  # the exchange says this client id was seen (Binance's -2010): the first copy exists
 
     @property
     def retires_key(self) -> bool:
@@ -45,7 +53,7 @@ class Outcome(enum.Enum):
     @property
     def ambiguous(self) -> bool:
         """The exchange may have accepted the request although no definite answer said so."""
-        return self in (Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET)
+        return self in (Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET, Outcome.AMBIGUOUS)
 
 
 #: A profile's outcome names, as the policy knows them.
@@ -53,7 +61,8 @@ _BY_NAME = {
     "accepted": Outcome.ACCEPTED, "invalid_nonce": Outcome.INVALID_NONCE, "rate_limited": Outcome.RATE_LIMITED,
     "key_blocked": Outcome.KEY_BLOCKED, "banned": Outcome.BANNED, "invalid_key": Outcome.INVALID_KEY,
     "forbidden": Outcome.FORBIDDEN, "rejected": Outcome.REJECTED, "unavailable": Outcome.UNAVAILABLE,
-    "retry": Outcome.SERVER_ERROR, "stop": Outcome.ENDPOINT_NOT_FOUND,
+    "retry": Outcome.SERVER_ERROR, "stop": Outcome.ENDPOINT_NOT_FOUND, "ambiguous": Outcome.AMBIGUOUS,
+    "duplicate": Outcome.DUPLICATE,
 }
 # Outcomes whose words start with the status: they say something about the server, not the request.
 _STATUS_FIRST = (Outcome.ENDPOINT_NOT_FOUND, Outcome.UNAVAILABLE, Outcome.SERVER_ERROR)
@@ -64,57 +73,102 @@ _MESSAGE_ONLY = (Outcome.INVALID_KEY, Outcome.FORBIDDEN)
 @dataclass(frozen=True, slots=True)
 class Reading:
     """An answer read against the table: its outcome, and the server's own words (for reasons and logs).
-    ``unmatched``: no rule read it (it is counted by status)."""
+    ``unmatched``: no rule read it (it is counted by status). ``retry_after``: the seconds the rule read from
+    the answer until the exchange says to try again (None: it names none, or the rule reads none)."""
 
     outcome: Outcome
     detail: str = ""
     unmatched: bool = False
+    retry_after: float | None = None
 
 
 class _Rule:
-    """A rule compiled: its outcome resolved, its dotted field split, once."""
+    """A rule compiled once: its outcome resolved, its paths parsed, its test and its retry time made closures."""
 
-    __slots__ = ("outcome", "contains", "path", "equals", "echo")
+    __slots__ = ("outcome", "contains", "field", "header", "test", "echo", "reads_json", "retry")
 
-    def __init__(self, rule: AnswerRule) -> None:
+    def __init__(self, rule: AnswerRule, wall: Callable[[], float]) -> None:
         self.outcome = _BY_NAME[rule.outcome]
         self.contains = rule.body_contains.encode()
-        self.path = tuple(rule.field.split(".")) if rule.field else ()
-        self.equals = rule.equals
-        self.echo = tuple(rule.echo_id.split(".")) if rule.echo_id else ()
+        self.field = JsonPath(rule.field) if rule.field else None
+        self.header = rule.header.lower()
+        self.test = _test(rule)
+        self.echo = JsonPath(rule.echo_id) if rule.echo_id else None
+        self.reads_json = self.field is not None or self.echo is not None  # no JSON object: the rule cannot match
+        self.retry = _RetryTime(rule, wall) if rule.retry_after_header or rule.retry_after_field else None
+
+
+class _RetryTime:
+    """Where a rule reads when to try again: a header or a JSON field (each item of an array in turn), the text
+    through a pattern's group, in the rule's unit; seconds from the wall clock's now."""
+
+    __slots__ = ("header", "field", "pattern", "unit", "wall")
+
+    def __init__(self, rule: AnswerRule, wall: Callable[[], float]) -> None:
+        self.header = rule.retry_after_header.lower()
+        self.field = JsonPath(rule.retry_after_field) if rule.retry_after_field else None
+        self.pattern = re.compile(rule.retry_after_match) if rule.retry_after_match else None
+        self.unit = rule.retry_after_unit or "s"
+        self.wall = wall
+
+    def seconds(self, payload: dict | None, headers: Mapping[str, str]) -> float | None:
+        if self.field is None:
+            found: object = headers.get(self.header, _MISSING)
+        else:
+            found = _MISSING if payload is None else _find(payload, self.field)
+        for value in found if isinstance(found, list) else (found,):
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                continue
+            text = str(value)
+            if self.pattern is not None:
+                match = self.pattern.search(text)
+                if match is None or match.group(1) is None:
+                    continue
+                text = match.group(1)
+            seconds = retry_seconds(text, self.unit, self.wall())
+            if seconds is not None:
+                return seconds
+        return None
 
 
 class AnswerTable:
     """A profile's answer rules, by status: ``classify`` finds the first rule an answer meets. An answer
-    no rule meets is today's "anything else": ambiguous for a 200, retried as a server error otherwise."""
+    no rule meets is today's "anything else": ambiguous for a 200, retried as a server error otherwise.
+    ``headers``: the response headers (lowercase) the rules read, which ``classify`` must be given.
+    ``wall``: the wall clock a retry time written as a moment (an epoch, a date) is counted from."""
 
-    def __init__(self, profile: Profile) -> None:
-        rules = [(rule.statuses, _Rule(rule)) for rule in profile.answers]
+    def __init__(self, profile: Profile, wall: Callable[[], float] = time.time) -> None:
+        rules = [(rule.statuses, _Rule(rule, wall)) for rule in profile.answers]
         self._by_status = {status: tuple(compiled for (low, high), compiled in rules if low <= status <= high)
                            for status in range(100, 600)}
-        self._message = tuple(profile.message_field.split(".")) if profile.message_field else ()
+        self._message = JsonPath(profile.message_field) if profile.message_field else None
+        self.headers = rule_headers(profile.answers)
 
-    def classify(self, status: int, body: bytes, req_id: str) -> Reading:
-        """Read one answer. ``req_id`` is the id that was sent; an echo of it as a JSON number counts."""
+    def classify(self, status: int, body: bytes, req_id: str, headers: Mapping[str, str] = NO_HEADERS) -> Reading:
+        """Read one answer. ``req_id`` is the id that was sent; an echo of it as a JSON number counts.
+        ``headers``: the answer's headers by lowercase name (those in ``self.headers`` at least)."""
         payload: dict | None = None
         parsed = False
         for rule in self._by_status.get(status, ()):
             if rule.contains and rule.contains not in body:
                 continue
-            if rule.path or rule.echo:
+            if rule.header and not rule.test(headers.get(rule.header, _MISSING)):
+                continue
+            if rule.reads_json:
                 if not parsed:
                     payload, parsed = _json_object(body), True
                 if payload is None:
                     continue
-                if rule.path and not _equal(_lookup(payload, rule.path), rule.equals):
+                if rule.field is not None and not rule.test(_find(payload, rule.field)):
                     continue
-                if rule.echo and not _same_id(_lookup(payload, rule.echo), req_id):
+                if rule.echo is not None and not _same_id(_find(payload, rule.echo), req_id):
                     continue
             if rule.outcome is Outcome.ACCEPTED:
                 return _ACCEPTED
             if not parsed:
                 payload, parsed = _json_object(body), True
-            return Reading(rule.outcome, self._words(rule.outcome, status, payload, body))
+            retry_after = rule.retry.seconds(payload, headers) if rule.retry is not None else None
+            return Reading(rule.outcome, self._words(rule.outcome, status, payload, body), retry_after=retry_after)
         if not parsed:
             payload = _json_object(body)
         if status == 200:
@@ -123,7 +177,7 @@ class AnswerTable:
 
     def _words(self, outcome: Outcome, status: int, payload: dict | None, body: bytes) -> str:
         """The server's own words for the record: its message field, else the start of the body, else the status."""
-        message = _lookup(payload, self._message) if payload is not None and self._message else _MISSING
+        message = _find(payload, self._message) if payload is not None and self._message is not None else _MISSING
         if message is not _MISSING and message not in (None, ""):
             words = str(message)
         else:
@@ -143,21 +197,33 @@ _ACCEPTED = Reading(Outcome.ACCEPTED)
 _MISSING = object()
 
 
-def _lookup(payload: dict, path: tuple[str, ...]) -> object:
-    value: object = payload
-    for name in path:
-        if not isinstance(value, dict):
-            return _MISSING
-        value = value.get(name, _MISSING)
-    return value
+def _find(payload: dict, path: JsonPath) -> object:
+    """What ``payload`` holds at ``path``, or ``_MISSING``."""
+    try:
+        return path.find(payload)
+    except LookupError:
+        return _MISSING
+
+
+def _test(rule: AnswerRule) -> Callable[[object], bool]:
+    """A rule's test of the value at its field or header (``_MISSING`` if there is none) as a closure."""
+    if rule.absent:
+        return lambda found: found is _MISSING
+    if rule.one_of:
+        return lambda found: any(_equal(found, wanted) for wanted in rule.one_of)
+    if isinstance(rule.equals, tuple):  # a JSON array, item by item: [] is the empty array
+        return lambda found: (isinstance(found, list) and len(found) == len(rule.equals)
+                              and all(map(_equal, found, rule.equals)))
+    if rule.equals is not None:
+        return lambda found: _equal(found, rule.equals)
+    return lambda found: found is not _MISSING  # the field only has to be there
 
 
 def _equal(found: object, wanted: object) -> bool:
-    """A JSON value against a rule's: ``1`` matches ``"1"`` the way an exchange's error code may be either."""
+    """A JSON value (or a header's text) against a rule's: ``1`` matches ``"1"`` the way an exchange's error code
+    may be either."""
     if found is _MISSING:
         return False
-    if wanted is None:
-        return True  # the field only has to be there
     if isinstance(found, bool) or isinstance(wanted, bool):
         return found is wanted
     return found == wanted or str(found) == str(wanted)

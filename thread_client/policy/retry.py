@@ -134,6 +134,8 @@ class RetryPolicy:
             return Action(RequestStep.BURY, final=FinalOutcome.UNKNOWN, reason=detail)
         if outcome is Outcome.REJECTED:
             return Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason=detail)
+        if outcome is Outcome.DUPLICATE:  # the first copy exists: sending it again can only be refused, or double it
+            return Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, reason=detail)
         if outcome is Outcome.UNREACHABLE or (during_outage and outcome in _NO_ANSWER):
             # Nothing was sent, or nobody answers anyone: no retry spent, but no spinning either.
             return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), reason=outcome.value, spend=False)

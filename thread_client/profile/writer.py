@@ -13,7 +13,7 @@ from .model import AnswerRule, Profile
 __all__ = ["profile_toml"]
 
 # Compiled fields that are no part of the file: where it came from, and where its rules stood.
-_NOT_WRITTEN = {"line", "hook_dir", "statuses", "equals", "headers"}
+_NOT_WRITTEN = {"line", "hook_dir", "statuses", "equals", "headers", "rules"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -34,6 +34,10 @@ def profile_toml(profile: Profile) -> str:
     lines += ["", "[answers]", f"message = {_value(profile.message_field)}"]
     for rule in profile.answers:
         lines += ["", "[[answers.rule]]", *_rule(rule)]
+    if profile.settle is not None:
+        lines += ["", "[settle]", *_fields(profile.settle)]
+        for rule in profile.settle.rules:
+            lines += ["", "[[settle.rule]]", *_rule(rule)]
     lines += ["", "[penalty]", *_fields(profile.penalty)]
     for limit in profile.limits:
         written = ("name", "algorithm", *ALGORITHMS[limit.algorithm], "scope", "cost")
@@ -52,7 +56,9 @@ def _fields(table: Any) -> list[str]:
 def _rule(rule: AnswerRule) -> list[str]:
     low, high = rule.statuses
     lines = [f"status = {low}" if low == high else f"status = [{low}, {high}]"]
-    lines += [line for line in _fields(rule) if not line.endswith('= ""')]
+    # What a rule leaves at its default it does not read (no subject, no test, no retry time): not written.
+    lines += [f"{field.name} = {_value(getattr(rule, field.name))}" for field in fields(rule)
+              if field.name not in _NOT_WRITTEN and getattr(rule, field.name) != field.default]
     if rule.equals is not None:
         lines.append(f"equals = {_value(rule.equals)}")
     return lines
