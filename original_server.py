@@ -20,6 +20,10 @@ with ``admit(now_ms, cost)``, chosen once at the start; shared by the keys of an
 with a cost per endpoint (``--weights``). Each stamps after the incoming latency, where the ring does, and
 each rejection is a strike toward the block, as the ring's is.
 
+The order mode (``--order-status``, off by default, ``Orders``) makes each accepted ``req_id`` an order known by
+that client id: a second one is refused (-2010), ``GET /api/order`` says whether it exists, and faults make
+the order answer "execution status unknown" (-1007) or the status answer lost, late or unknown.
+
 The ledger (``--ledger PATH``, off by default) writes one JSON line per request on a key, with its
 key, nonce, id, the instant it was stamped and the verdict, flushed to the kernel as each request
 ends: the history the fault campaign judges the client by. A server restarted on the same ledger
@@ -50,7 +54,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Ledger", "Limits", "Modes", "main"]
+__all__ = ["DEFAULT_KEYS", "ExchangeState", "ExchangeServer", "FaultRates", "Ledger", "Limits", "Modes", "Orders", "main"]
 
 DEFAULT_KEYS = (
     "UT4NHL1J796WCHULA1750MXYF9F5JYA6",
@@ -72,7 +76,8 @@ MSG_INVALID_NONCE = "invalid nonce"
 MSG_BAD_TIMESTAMP = "timestamp outside recv window"
 MSG_BAD_SIGNATURE = "invalid signature"
 MSG_BANNED = "banned: too many rate limit errors"
-#: The server's own endpoints besides /api/request: --weights may not name them.
+#: The server's own endpoints besides /api/request: --weights may not name them (nor /api/order with
+#: --order-status, which serves the order status there).
 RESERVED_PATHS = frozenset({"/api/stats", "/api/accepted", "/api/time"})
 #: 429s are counted over this long for a ban (--ban-after).
 BAN_PERIOD_S = 60.0
@@ -150,6 +155,49 @@ class Modes:
     secrets: dict[str, str] = field(default_factory=dict)
     ban_after: int | None = None
     ban_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class Orders:
+    """The order mode (``--order-status``, off by default): each accepted ``req_id`` is an order the exchange
+    knows by that client id, as Binance knows ``newClientOrderId``.
+
+    * The order endpoint refuses an id it accepted before: 400 ``{"code": -2010}`` (duplicate order sent).
+    * ``GET /api/order?clientId=ID`` (the key, nonce and signature as for an order; the nonce is spent, a slot
+      of the key's limit too) answers 200 ``{"status": "FOUND", "client_id": ID}`` or 400 ``{"code": -2013}``
+      (order does not exist). It writes no ledger line.
+    * Faults of the order endpoint, each after the order was accepted: ``execution_unknown_rate``, answered
+      500 ``{"code": -1007}`` (execution status unknown); ``order_late_rate``, answered only after ``STALL_S``.
+    * Faults of the status endpoint: ``status_lost_rate`` (the connection closed, no answer),
+      ``status_late_rate`` (answered after ``STALL_S``), ``status_unknown_rate`` (503 ``{"code": -1007}``);
+      ``status_misses``: the first that many asks about each order it has answer "does not exist" (an index
+      that lags behind the engine, as a status may right after a timeout).
+    """
+
+    enabled: bool = False
+    execution_unknown_rate: float = 0.0
+    order_late_rate: float = 0.0
+    status_lost_rate: float = 0.0
+    status_late_rate: float = 0.0
+    status_unknown_rate: float = 0.0
+    status_misses: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _ORDER_RATES:
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
+        if self.execution_unknown_rate + self.order_late_rate > 1.0 or (
+                self.status_lost_rate + self.status_late_rate + self.status_unknown_rate > 1.0):
+            raise ValueError("the order fault rates add up to more than 1")
+        if self.status_misses < 0:
+            raise ValueError(f"--status-misses must be 0 or more, got {self.status_misses}")
+        if (self.status_misses or any(getattr(self, name) for name in _ORDER_RATES)) and not self.enabled:
+            raise ValueError("the order and status faults need --order-status")
+
+
+_ORDER_RATES = ("execution_unknown_rate", "order_late_rate", "status_lost_rate", "status_late_rate",
+                "status_unknown_rate")
 
 
 class RollingWindow:
@@ -371,9 +419,9 @@ class Limits:
 
 #: Verdicts of a request that passed the rate limit: each spent a slot of its key's ring.
 SLOT_VERDICTS = frozenset({"accepted", "lost_answer", "invalid_nonce", "bad_timestamp", "fail", "garbage", "drop",
-                           "stall", "error"})
+                           "stall", "error", "duplicate", "execution_unknown", "accepted_late"})
 #: Verdicts under which the exchange took the request: its nonce is spent, its id counted.
-ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer"})
+ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer", "execution_unknown", "accepted_late"})
 
 
 class Ledger:
@@ -451,6 +499,9 @@ class ExchangeState:
         self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0, "proxy_429": 0, "lost_answer": 0}
         # How often each req_id was accepted, by any key: a count above 1 is a duplicate the client caused.
         self._accepted_ids: dict[str, int] = {}
+        # The order mode's counts (--order-status): duplicates refused, status asks and their faults, by name.
+        self._orders: dict[str, int] = {}
+        self._status_asks: dict[str, int] = {}  # asks about each order the exchange has, for --status-misses
         self._duplicate_accepts = 0
         self._bad_timestamp = 0
         self._bad_signature = 0
@@ -586,6 +637,37 @@ class ExchangeState:
             self._accepts += 1
             return self._accepts
 
+    def count_order(self, name: str) -> None:
+        """One more of the order mode's events ``name`` (shown in the stats' totals once there is one)."""
+        with self._lock:
+            self._orders[name] = self._orders.get(name, 0) + 1
+
+    def was_accepted(self, req_id: str | None) -> bool:
+        """Whether an order of this client id was accepted before (--order-status refuses it again)."""
+        with self._lock:
+            return (req_id or "") in self._accepted_ids
+
+    def find_order(self, client_id: str, misses: int) -> bool:
+        """Whether the exchange has an order of ``client_id``, as its status endpoint says: the first ``misses``
+        asks about each order it has say no (an index that lags behind the engine)."""
+        with self._lock:
+            if client_id not in self._accepted_ids:
+                return False
+            asks = self._status_asks[client_id] = self._status_asks.get(client_id, 0) + 1
+            return asks > misses
+
+    def spend_nonce(self, key: str, raw_nonce: str | None) -> bool:
+        """A status ask's nonce: spent if it is an integer above the key's last one (a late order below it is
+        then refused); an invalid one is counted as any invalid nonce."""
+        nonce = _int_or_none(raw_nonce)
+        with self._lock:
+            state = self._keys[key]
+            if nonce is None or (state.last_nonce is not None and nonce <= state.last_nonce):
+                state.invalid_nonce += 1
+                return False
+            state.last_nonce = nonce
+            return True
+
     def accepted_ids(self) -> dict[str, int]:
         """Every accepted req_id with how many times it was accepted."""
         with self._lock:
@@ -615,6 +697,7 @@ class ExchangeState:
             totals.update(bad_timestamp=self._bad_timestamp, bad_signature=self._bad_signature, bans=self._bans,
                           banned_answers=self._banned_answers)
             totals.update(self._faults)
+            totals.update(self._orders)
         return {
             "uptime_s": time.monotonic() - self._started,
             "server_time_ms": self._clock_ms(),
@@ -669,6 +752,10 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             read = self._params(url.query)
             if read is not None:
                 self._handle_request(*read, url.query, self.server.costs[url.path])
+        elif url.path == "/api/order" and self.server.orders.enabled:
+            read = self._params(url.query)
+            if read is not None:
+                self._ask_order(*read, url.query)
         else:
             self._answer(404, error_body("not found"))
 
@@ -772,6 +859,10 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self._write_ledger(entry, fault, self._fault_status(fault))
             self._answer_fault(fault)
             return
+        if server.orders.enabled and state.was_accepted(params.get("req_id")):
+            state.count_order("duplicate")
+            answer("duplicate", 400, {**error_body("duplicate order sent"), "code": -2010})
+            return
         if modes.timestamp_ms:
             if not self._timestamp_in_window(params):
                 state.count_refusal(signature=False)
@@ -790,7 +881,71 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        orders = server.orders
+        if orders.execution_unknown_rate or orders.order_late_rate:
+            draw = server.draw()
+            if draw < orders.execution_unknown_rate:  # executed, and the answer says nobody knows
+                state.count_order("execution_unknown")
+                answer("execution_unknown", 500, {**error_body("execution status unknown"), "code": -1007})
+                return
+            if draw - orders.execution_unknown_rate < orders.order_late_rate:  # executed, answered past a timeout
+                state.count_order("accepted_late")
+                self._write_ledger(entry, "accepted_late", 200)
+                time.sleep(STALL_S)
+                self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
+                return
         answer("accepted", 200, {"status": "OK", "req_id": params.get("req_id")})
+
+    def _ask_order(self, params: dict[str, str], body: str, query: str) -> None:
+        """``GET /api/order?clientId=ID`` (``Orders``): whether the exchange has the order ID. The key, the
+        signature, a slot of the key's limit and the nonce (or timestamp) are checked as for an order, then the
+        status endpoint's faults are drawn; no ledger line is written."""
+        server = self.server
+        state = server.state
+        modes = server.modes
+        orders = server.orders
+        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
+        if not state.is_known(key):
+            state.count_invalid_key()
+            self._answer(401, error_body(MSG_INVALID_KEY))
+            return
+        if modes.sign is not None and not self._signed(key, params, body, query):
+            state.count_refusal(signature=True)
+            self._answer(401, error_body(MSG_BAD_SIGNATURE))
+            return
+        server.sleep_latency(incoming=True)
+        refusal, _ = state.admit(key)
+        if refusal is not None:
+            self._answer(429, error_body(refusal))
+            return
+        if modes.timestamp_ms and not self._timestamp_in_window(params):
+            state.count_refusal(signature=False)
+            self._answer(400, error_body(MSG_BAD_TIMESTAMP))
+            return
+        if not modes.timestamp_ms and not state.spend_nonce(key, params.get("nonce")):
+            self._answer(400, error_body(MSG_INVALID_NONCE))
+            return
+        state.count_order("status_asks")
+        draw = server.draw() if orders.status_lost_rate or orders.status_late_rate or orders.status_unknown_rate else 1.0
+        if draw < orders.status_lost_rate:
+            state.count_order("status_lost")
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        draw -= orders.status_lost_rate
+        if draw < orders.status_late_rate:
+            state.count_order("status_late")
+            time.sleep(STALL_S)
+        elif draw - orders.status_late_rate < orders.status_unknown_rate:
+            state.count_order("status_unknown")
+            self._answer(503, {**error_body("order status unknown"), "code": -1007})
+            return
+        client_id = params.get("clientId", "")
+        server.sleep_latency()
+        if state.find_order(client_id, orders.status_misses):
+            self._answer(200, {"status": "FOUND", "client_id": client_id})
+        else:
+            self._answer(400, {**error_body("order does not exist"), "code": -2013})
 
     def _field(self, params: dict[str, str], name: str, header: str) -> str | None:
         return params.get(name) if name in params else self.headers.get(header)
@@ -890,8 +1045,10 @@ class ExchangeServer(ThreadingHTTPServer):
         lost_answer_rate: float = 0.0,
         modes: Modes = Modes(),
         costs: dict[str, int] | None = None,
+        orders: Orders = Orders(),
     ) -> None:
         self.state = state
+        self.orders = orders
         # What a request to each endpoint costs (--weights); any other path but the server's own is a 404.
         self.costs = costs or {"/api/request": 1}
         self.modes = modes
@@ -1040,6 +1197,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        "restart walks into (default 0: none)")
     modes.add_argument("--ban-seconds", type=float, default=10.0,
                        help="the first ban's length; each next ban lasts twice the last (default %(default)s)")
+    orders = parser.add_argument_group("orders (off by default: no status endpoint, an id may be accepted twice)")
+    orders.add_argument("--order-status", action="store_true",
+                        help="serve GET /api/order?clientId=ID (found: 200, not found: 400 code -2013) and refuse a "
+                        "req_id accepted before (400 code -2010)")
+    orders.add_argument("--execution-unknown-rate", type=float, default=0.0,
+                        help="probability that an accepted order is answered 500 code -1007, execution status unknown "
+                        "(default 0)")
+    orders.add_argument("--order-late-rate", type=float, default=0.0,
+                        help=f"probability that an accepted order is answered only after {STALL_S:g} s (default 0)")
+    orders.add_argument("--status-lost-rate", type=float, default=0.0,
+                        help="probability that a status ask's connection is closed without an answer (default 0)")
+    orders.add_argument("--status-late-rate", type=float, default=0.0,
+                        help=f"probability that a status ask is answered only after {STALL_S:g} s (default 0)")
+    orders.add_argument("--status-unknown-rate", type=float, default=0.0,
+                        help="probability that a status ask is answered 503 code -1007, status unknown (default 0)")
+    orders.add_argument("--status-misses", type=int, default=0, metavar="N",
+                        help="the first N asks about each order the exchange has answer not found (default 0)")
     limits = parser.add_argument_group("limit models (off by default: the contract's ring per key)")
     limits.add_argument("--limit-model", choices=LIMIT_MODELS, default="rolling-window",
                         help="the rate limit of step 4: the contract's ring, windows aligned to the server's clock, "
@@ -1077,8 +1251,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(args, flag)}")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
+    if args.order_status and "/api/order" in (args.weights or {}):
+        parser.error("--weights may not name /api/order with --order-status: the order status is served there")
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
+        args.orders = Orders(args.order_status, args.execution_unknown_rate, args.order_late_rate,
+                             args.status_lost_rate, args.status_late_rate, args.status_unknown_rate, args.status_misses)
         args.keys, secrets, accounts = read_keys(args.keys_file) if args.keys_file else (DEFAULT_KEYS, {}, {})
         args.limits = Limits(args.limit_model, args.window_ms, args.burst, args.decay_per_s, args.clock_offset_ms,
                              args.limit_scope, accounts)
@@ -1124,7 +1302,7 @@ def main(argv: list[str] | None = None) -> int:
             close_every_answer=args.close_every_answer,
             forbidden_keys=frozenset(key for key in args.forbidden_keys.split(",") if key),
             proxy_429_rate=args.proxy_429_rate, lost_answer_rate=args.lost_answer_rate, modes=args.modes,
-            costs={"/api/request": 1, **args.weights},
+            costs={"/api/request": 1, **args.weights}, orders=args.orders,
         )
     except OSError as exc:
         print(f"original_server.py: error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)

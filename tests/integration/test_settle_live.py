@@ -1,0 +1,84 @@
+"""Orders never doubled, against the reference server's order mode (``--order-status``): a send in doubt is
+settled by asking ``GET /api/order``, and the server's ledger holds exactly one accepted order per client id.
+The profile is examples/profiles/reference-orders.toml (-1007 ambiguous, -2010 duplicate, a [settle] table)."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+from conftest import ROOT, run_client
+
+PROFILE = str(ROOT / "examples" / "profiles" / "reference-orders.toml")
+ORDERS = [f"order-{n}" for n in range(6)]
+ACCEPTED = {"accepted", "lost_answer", "execution_unknown", "accepted_late"}  # the server took the order
+
+
+def place_orders(server, tmp_path: Path, *args: str) -> dict:
+    """Send ORDERS through the profile; return the client's summary once every one is final."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": order, "params": {"qty": "1"}}) + "\n" for order in ORDERS))
+    result, summary = run_client(server, tmp_path, "--profile", PROFILE, "--source", str(source), "--duration", "60",
+                                 *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return summary
+
+
+def outcomes(tmp_path: Path) -> dict[str, str]:
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    return {record["id"]: record["outcome"] for record in records}
+
+
+def verdicts(ledger: Path) -> dict[str, list[str]]:
+    """Each order's verdicts at the server, in the order they were decided."""
+    by_id = collections.defaultdict(list)
+    for line in ledger.read_text().splitlines():
+        entry = json.loads(line)
+        by_id[entry["id"]].append(entry["verdict"])
+    return by_id
+
+
+def assert_one_order_each(server, ledger: Path) -> None:
+    assert server.accepted() == {order: 1 for order in ORDERS}
+    assert all(sum(verdict in ACCEPTED for verdict in seen) == 1 for seen in verdicts(ledger).values())
+    assert server.stats()["totals"]["duplicate_accepts"] == 0
+
+
+def test_execution_unknown_then_duplicate_is_settled_accepted_through_the_status_endpoint(start_server, tmp_path):
+    """Binance's case: the order executes and is answered -1007; the status lags (one "does not exist"), so the
+    order is sent again under its client id and answered -2010 duplicate; asked again, it is found: accepted."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
+                          "--execution-unknown-rate", "1", "--status-misses", "1")
+    place_orders(server, tmp_path)
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    assert verdicts(ledger) == {order: ["execution_unknown", "duplicate"] for order in ORDERS}
+    assert_one_order_each(server, ledger)
+    assert server.stats()["totals"]["status_asks"] == 2 * len(ORDERS)
+
+
+def test_a_timed_out_order_is_settled_as_found(start_server, tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
+                          "--order-late-rate", "1")
+    summary = place_orders(server, tmp_path, "--http-timeout-ms", "500")
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    assert verdicts(ledger) == {order: ["accepted_late"] for order in ORDERS}  # each sent once, never again
+    assert_one_order_each(server, ledger)
+    assert summary["ambiguous_attempts"] == len(ORDERS)
+
+
+def test_an_order_the_exchange_does_not_have_is_sent_again_once_per_miss(start_server, tmp_path):
+    """The server drops connections before it takes the order: each drop is asked about once, found missing,
+    and sent again once under the same client id."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "3", "--ledger", str(ledger), "--order-status",
+                          "--drop-rate", "0.5")
+    place_orders(server, tmp_path)
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    seen = verdicts(ledger)
+    assert all(verdicts_of == ["drop"] * (len(verdicts_of) - 1) + ["accepted"] for verdicts_of in seen.values())
+    totals = server.stats()["totals"]
+    assert totals["drop"] >= 1 and totals["status_asks"] == totals["drop"]
+    assert_one_order_each(server, ledger)

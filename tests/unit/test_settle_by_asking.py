@@ -1,0 +1,136 @@
+"""A send in doubt settled by asking the exchange's order-status endpoint ([settle]), driven through the
+scripted transport: found is accepted, not found is sent again under the same client id (only then), an
+answer that says neither is asked again after a backoff until the settle's budget is spent; never a second
+order. The profile is the reference exchange's order mode (examples/profiles/reference-orders.toml)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import ROOT, wait_for
+from fakes import Call, answer, ok, server_error
+from test_worker_paths import BOUND, FIRST, Rig
+from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
+from thread_client.errors import AnswerTimedOut, ResetAfterSend
+from thread_client.policy.answers import AnswerTable
+from thread_client.policy.order_status import Finding, StatusTable
+from thread_client.profile import load_profile
+from thread_client.request import Request
+
+PROFILE = load_profile(str(ROOT / "examples" / "profiles" / "reference-orders.toml"))
+
+# The reference server's order mode, written out from docs/reference/server.md.
+EXECUTION_UNKNOWN = answer(500, {"status": "error", "error_msg": "execution status unknown", "code": -1007})
+DUPLICATE = answer(400, {"status": "error", "error_msg": "duplicate order sent", "code": -2010})
+NOT_FOUND = answer(400, {"status": "error", "error_msg": "order does not exist", "code": -2013})
+
+
+def found(client_id: str) -> object:
+    return answer(200, {"status": "FOUND", "client_id": client_id})
+
+
+def asked(client_id: str, nonce: int) -> Call:
+    """The status ask about ``client_id``: no req_id of its own, the client id in the [settle] param."""
+    return Call(nonce, "", {"clientId": client_id}, "GET", "/api/order")
+
+
+def rig(*steps, delivery: Delivery = AT_LEAST_ONCE) -> Rig:
+    return Rig(*steps, delivery=delivery, answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
+
+
+def orders(calls: list[Call]) -> list[Call]:
+    return [call for call in calls if call.path != "/api/order"]
+
+
+@pytest.mark.parametrize("delivery", [AT_LEAST_ONCE, EXACTLY_ONCE], ids=str)
+@pytest.mark.parametrize("doubt", [EXECUTION_UNKNOWN, DUPLICATE, AnswerTimedOut("timed out"),
+                                   ResetAfterSend("reset after the send")],
+                         ids=["execution-unknown", "duplicate", "timeout", "lost-answer"])
+def test_a_send_in_doubt_that_the_exchange_has_is_accepted_with_one_order(doubt, delivery):
+    r = rig(doubt, found("r1"), delivery=delivery)
+    r.submit("r1")
+    request = r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]  # asked with a fresh nonce
+    counts = r.queues.counts()
+    assert (counts.accepted, counts.graveyard, counts.dlq, request.failures) == (1, 0, 0, 0)
+    assert r.metrics.snapshot().outcomes["accepted"] == 1  # the send in doubt counted as it came, then settled
+    r.assert_clean()
+
+
+def test_a_send_the_exchange_does_not_have_is_sent_again_once_under_the_same_client_id():
+    r = rig(AnswerTimedOut("timed out"), NOT_FOUND, ok("r1"))
+    r.submit("r1")
+    r.handle_next()
+    assert r.queues.counts().dlq == 1  # retried as the timeout it was, now that the exchange says it has none
+    r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1), Call(FIRST + 2, "r1")]
+    counts = r.queues.counts()
+    assert (counts.accepted, counts.graveyard) == (1, 0)
+    r.assert_clean()
+
+
+def test_a_duplicate_the_status_does_not_find_yet_is_asked_again_never_sent_again():
+    """The exchange said it has this client id: a status that lags behind it is asked again, not resent."""
+    r = rig(DUPLICATE, NOT_FOUND, found("r1"))
+    r.submit("r1")
+    r.handle_next()
+    assert orders(r.transport.calls) == [Call(FIRST, "r1")]
+    assert r.transport.calls[1:] == [asked("r1", FIRST + 1), asked("r1", FIRST + 2)]
+    assert r.queues.counts().accepted == 1
+    r.assert_clean()
+
+
+@pytest.mark.parametrize("unknown", [server_error(), AnswerTimedOut("the status answer is late"),
+                                     ResetAfterSend("the status answer was lost"), found("another-id")],
+                         ids=["unknown", "late", "lost", "echoes-another-id"])
+def test_a_status_answer_that_says_neither_is_asked_again_after_a_backoff(unknown):
+    r = rig(EXECUTION_UNKNOWN, unknown, found("r1"))
+    r.submit("r1")
+    r.handle_next()
+    assert r.transport.calls[1:] == [asked("r1", FIRST + 1), asked("r1", FIRST + 2)]
+    assert r.queues.counts().accepted == 1
+    r.assert_clean()
+
+
+def test_once_the_settle_budget_is_spent_the_request_ends_unknown_and_no_second_order_leaves():
+    # The rig's policy allows 3 retries: the fourth status answer that says nothing spends the budget.
+    r = rig(EXECUTION_UNKNOWN, *[server_error()] * 4)
+    r.submit("r1")
+    r.handle_next()
+    assert orders(r.transport.calls) == [Call(FIRST, "r1")]
+    assert len(r.transport.calls) == 5
+    assert r.queues.graveyard.by_outcome() == {"unknown": 1}
+    r.assert_clean()
+
+
+def test_a_profile_without_a_settle_endpoint_retries_an_ambiguous_send_as_before():
+    r = Rig(EXECUTION_UNKNOWN, answers=AnswerTable(PROFILE))
+    r.submit("r1")
+    r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1")] and r.queues.counts().dlq == 1
+
+
+def test_the_status_table_reads_found_not_found_and_unknown_by_the_profile_rules():
+    table = StatusTable(PROFILE)
+    assert table.read(200, found("r1").body, "r1")[0] is Finding.FOUND
+    assert table.read(200, found("r2").body, "r1")[0] is Finding.UNKNOWN  # the echo names another order
+    assert table.read(400, NOT_FOUND.body, "r1")[0] is Finding.NOT_FOUND
+    assert table.read(503, b"<html>busy</html>", "r1")[0] is Finding.UNKNOWN
+
+
+def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_its_nonce():
+    journaled = FIRST - 5
+    earlier = Request("r1", time.monotonic(), resumed=True)
+    r = Rig(found("r1"), ok("r2"), delivery=EXACTLY_ONCE, earlier_send=(earlier, journaled),
+            answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
+    r.submit("r2")
+    r.worker.start()
+    wait_for(lambda: r.queues.counts().accepted == 2, timeout=BOUND)
+    r.stop_taking()
+    r.worker.join(BOUND)
+    assert not r.worker.is_alive() and r.worker.failure is None
+    assert r.transport.calls == [asked("r1", FIRST), Call(FIRST + 1, "r2")]  # never the journaled nonce again
+    assert (earlier.ambiguous, earlier.failures) == (1, 0)
+    r.assert_clean()
