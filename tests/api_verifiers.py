@@ -1,0 +1,342 @@
+"""Verifiers built from four APIs' public docs (as of 2026-11): small HTTP servers that check what each API's
+docs say a request must carry (its credential, its signature, its timestamp window) and answer with the bodies
+those docs show, so an example profile is shown to sign right without the live exchange.
+
+Each API is a ``DocsApi``: ``answer`` reads one request as its docs say and returns the documented answer.
+A ``Verifier`` serves one on a loopback port, on a clock ``skew_ms`` off ours (its time endpoint and every
+``Date`` say so), and keeps every request it accepted. By hand (the arguments per API: ``API_ARGUMENTS``):
+``PYTHONPATH=tests .venv/bin/python -m api_verifiers --port 8443 okx-like KEY SECRET PASSPHRASE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import http.server
+import itertools
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.message import Message
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import jwt
+
+__all__ = ["API_ARGUMENTS", "Answer", "BybitLike", "CoinbaseAdvancedLike", "DocsApi", "GithubLike", "OkxLike",
+           "Received", "Verifier"]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One request as it came in: the path and the query apart, the body as sent."""
+
+    method: str
+    path: str
+    query: str
+    headers: Message
+    body: bytes
+
+    def json_body(self) -> dict:
+        """The body as a JSON object; ``{}`` for none or anything else."""
+        try:
+            value = json.loads(self.body or b"{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the API answers: a status and a JSON value (a str goes as plain text); ``accepted`` if it took it."""
+
+    status: int
+    body: object
+    accepted: bool = False
+
+
+class DocsApi(Protocol):
+    """One API as its docs describe it. ``time_path``: its server-time endpoint ("" for none)."""
+
+    time_path: str
+
+    def time(self, now_ms: int) -> Answer:
+        """The time endpoint's answer at the server's ``now_ms``."""
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        """The answer to ``request`` at the server's ``now_ms``."""
+
+
+class OkxLike:
+    """www.okx.com/docs-v5/en, "REST Authentication", "Error Code", "Place order", "Get system time": headers
+    OK-ACCESS-KEY, -PASSPHRASE, -TIMESTAMP (ISO-8601 UTC with ms, within 30 s of the server's clock) and -SIGN,
+    base64 HMAC-SHA256 of the secret over timestamp + method + request path (with its query) + body."""
+
+    time_path = "/api/v5/public/time"
+    _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+    def __init__(self, credentials: dict[str, tuple[str, str]]) -> None:
+        """``credentials``: each key's (secret, passphrase)."""
+        self._credentials = credentials
+        self._order_ids = itertools.count(312269865356374016)
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(200, {"code": "0", "msg": "", "data": [{"ts": str(now_ms)}]})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        headers = request.headers
+        key, stamp = headers.get("OK-ACCESS-KEY", ""), headers.get("OK-ACCESS-TIMESTAMP", "")
+        if key not in self._credentials:
+            return self._error(401, "50111", "Invalid OK-ACCESS-KEY")
+        if not self._ISO.fullmatch(stamp):
+            return self._error(401, "50112", "Invalid OK-ACCESS-TIMESTAMP")
+        stamp_ms = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp() * 1000
+        if abs(now_ms - stamp_ms) > 30_000:
+            return self._error(401, "50102", "Timestamp request expired")
+        secret, passphrase = self._credentials[key]
+        if not hmac.compare_digest(headers.get("OK-ACCESS-PASSPHRASE", ""), passphrase):
+            return self._error(401, "50105", "Invalid OK-ACCESS-PASSPHRASE")
+        target = request.path + (f"?{request.query}" if request.query else "")
+        prehash = (stamp + request.method + target).encode() + request.body
+        expected = base64.b64encode(hmac.new(secret.encode(), prehash, hashlib.sha256).digest()).decode()
+        if not hmac.compare_digest(headers.get("OK-ACCESS-SIGN", ""), expected):
+            return self._error(401, "50113", "Invalid Sign")
+        order = request.json_body()
+        placed = {"clOrdId": order.get("clOrdId", ""), "ordId": str(next(self._order_ids)), "tag": "",
+                  "ts": str(now_ms), "sCode": "0", "sMsg": "Order placed"}
+        return Answer(200, {"code": "0", "msg": "", "data": [placed], "inTime": str(now_ms * 1000),
+                            "outTime": str(now_ms * 1000)}, accepted=True)
+
+    @staticmethod
+    def _error(status: int, code: str, message: str) -> Answer:
+        return Answer(status, {"msg": message, "code": code})
+
+
+class BybitLike:
+    """bybit-exchange.github.io/docs/v5, "Integration Guidance", "Place Order", "Get Bybit Server Time", "Error
+    Codes": headers X-BAPI-API-KEY, X-BAPI-TIMESTAMP (ms), X-BAPI-RECV-WINDOW (default 5000) and X-BAPI-SIGN,
+    hex HMAC-SHA256 of the secret over timestamp + key + recv_window + (query string or JSON body); the server
+    takes a timestamp where server_time - recv_window <= timestamp < server_time + 1000."""
+
+    time_path = "/v5/market/time"
+
+    def __init__(self, secrets: dict[str, str]) -> None:
+        """``secrets``: each key's secret."""
+        self._secrets = secrets
+        self._order_ids = itertools.count(1321003749386327552)
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(200, {"retCode": 0, "retMsg": "OK", "result": {
+            "timeSecond": str(now_ms // 1000), "timeNano": str(now_ms * 1_000_000)}, "retExtInfo": {}, "time": now_ms})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        headers = request.headers
+        key, stamp = headers.get("X-BAPI-API-KEY", ""), headers.get("X-BAPI-TIMESTAMP", "")
+        window = headers.get("X-BAPI-RECV-WINDOW", "5000")
+        if key not in self._secrets:
+            return self._error(10003, "API key is invalid.", now_ms)
+        if not (stamp.isdigit() and window.isdigit() and now_ms - int(window) <= int(stamp) < now_ms + 1000):
+            return self._error(10002, "invalid request, please check your server timestamp or recv_window param. "
+                                      f"req_timestamp[{stamp}],server_timestamp[{now_ms}],recv_window[{window}]",
+                               now_ms)
+        payload = (stamp + key + window + request.query).encode() + request.body
+        expected = hmac.new(self._secrets[key].encode(), payload, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(headers.get("X-BAPI-SIGN", ""), expected):
+            return self._error(10004, "error sign! origin_string[...]", now_ms)
+        order = request.json_body()
+        placed = {"orderId": str(next(self._order_ids)), "orderLinkId": order.get("orderLinkId", "")}
+        return Answer(200, {"retCode": 0, "retMsg": "OK", "result": placed, "retExtInfo": {}, "time": now_ms},
+                      accepted=True)
+
+    @staticmethod
+    def _error(code: int, message: str, now_ms: int) -> Answer:
+        return Answer(200, {"retCode": code, "retMsg": message, "result": {}, "retExtInfo": {}, "time": now_ms})
+
+
+class CoinbaseAdvancedLike:
+    """docs.cdp.coinbase.com, Advanced Trade API, "Creating a JWT", "Create Order": ``Authorization: Bearer JWT``,
+    the JWT ES256 with header kid (the key's name) and a nonce, claims sub (the key's name), iss "cdp", nbf and
+    exp (two minutes apart, now between them, on our own clock) and uri "METHOD api.coinbase.com/path", each
+    nonce once; 401 Unauthorized else."""
+
+    time_path = "/api/v3/brokerage/time"
+    host = "api.coinbase.com"
+
+    def __init__(self, public_keys: dict[str, bytes]) -> None:
+        """``public_keys``: each key name's EC public key in PEM."""
+        self._public_keys = public_keys
+        self._nonces: set[str] = set()
+        self._order_ids = itertools.count(1)
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(200, {"iso": datetime.fromtimestamp(now_ms / 1000, timezone.utc).isoformat(),
+                            "epochSeconds": str(now_ms // 1000), "epochMillis": str(now_ms)})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        try:
+            header = jwt.get_unverified_header(token)
+            public_key = self._public_keys[header["kid"]]
+            claims = jwt.decode(token, public_key, algorithms=["ES256"], issuer="cdp",
+                                options={"require": ["sub", "iss", "nbf", "exp", "uri"]})
+        except (jwt.PyJWTError, KeyError):
+            return Answer(401, "Unauthorized")
+        nonce = header.get("nonce")
+        if (scheme != "Bearer" or claims["sub"] != header["kid"] or claims["exp"] - claims["nbf"] > 120
+                or claims["uri"] != f"{request.method} {self.host}{request.path}"
+                or not nonce or nonce in self._nonces):
+            return Answer(401, "Unauthorized")
+        self._nonces.add(nonce)
+        order = request.json_body()
+        placed = {"order_id": f"{next(self._order_ids):08d}-0000-4000-8000-000000000000",
+                  "product_id": order.get("product_id"), "side": order.get("side"),
+                  "client_order_id": order.get("client_order_id")}
+        return Answer(200, {"success": True, "success_response": placed,
+                            "order_configuration": order.get("order_configuration")}, accepted=True)
+
+
+class GithubLike:
+    """docs.github.com/en/rest, "Authenticating to the REST API", "API versions", "User-Agent required", "Update
+    the authenticated user": a User-Agent (else 403), a supported X-GitHub-Api-Version (else 400), a token in
+    ``Authorization: Bearer`` (else 401 Bad credentials), and PATCH /user's JSON body (else 400)."""
+
+    time_path = ""
+    versions = ("2022-11-28",)
+    _DOCS = "https://docs.github.com/rest"
+
+    def __init__(self, logins: dict[str, str]) -> None:
+        """``logins``: each token's user."""
+        self._logins = logins
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(404, {"message": "Not Found", "documentation_url": self._DOCS, "status": "404"})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        headers = request.headers
+        if not headers.get("User-Agent"):
+            return Answer(403, "Request forbidden by administrative rules. Please make sure your request has a "
+                               "User-Agent header.")
+        version = headers.get("X-GitHub-Api-Version", self.versions[0])
+        if version not in self.versions:
+            return Answer(400, {"message": f"API version {version!r} is not supported.",
+                                "documentation_url": self._DOCS, "status": "400"})
+        scheme, _, token = headers.get("Authorization", "").partition(" ")
+        login = self._logins.get(token) if scheme in ("Bearer", "token") else None
+        if login is None:
+            return Answer(401, {"message": "Bad credentials", "documentation_url": self._DOCS, "status": "401"})
+        if (request.method, request.path) != ("PATCH", "/user"):
+            return Answer(404, {"message": "Not Found", "documentation_url": self._DOCS, "status": "404"})
+        try:
+            changes = json.loads(request.body)
+        except ValueError:
+            changes = None
+        if not isinstance(changes, dict):
+            return Answer(400, {"message": "Problems parsing JSON", "documentation_url": self._DOCS, "status": "400"})
+        return Answer(200, {"login": login, "id": 1, "type": "User"} | changes, accepted=True)
+
+
+class Verifier(http.server.ThreadingHTTPServer):
+    """Serves ``api`` on a free loopback port, on a clock ``skew_ms`` off ours; ``accepted`` holds every request
+    it accepted, ``refused`` every other answer it gave (both appended under ``lock``, read after the run)."""
+
+    daemon_threads = True
+
+    def __init__(self, api: DocsApi, skew_ms: int = 0, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.api = api
+        self.skew_ms = skew_ms
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.lock = threading.Lock()  # guards accepted, refused and the api's own state; taken for one answer
+        self.accepted: list[Received] = []
+        self.refused: list[Answer] = []
+        self._thread = threading.Thread(target=self.serve_forever, name="verifier", daemon=True)
+
+    def __enter__(self) -> Verifier:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000) + self.skew_ms
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Verifier
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        target = urlsplit(self.path)
+        request = Received(self.command, target.path, target.query, self.headers, body)
+        now_ms = self.server.now_ms()
+        with self.server.lock:
+            if self.server.api.time_path and target.path == self.server.api.time_path:
+                answer = self.server.api.time(now_ms)
+            else:
+                answer = self.server.api.answer(request, now_ms)
+                (self.server.accepted if answer.accepted else self.server.refused).append(
+                    request if answer.accepted else answer)
+        text = isinstance(answer.body, str)
+        data = (answer.body if text else json.dumps(answer.body)).encode()  # type: ignore[union-attr]
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _answer
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` of the server's own clock, skewed as the verifier is."""
+        return super().date_time_string(self.server.now_ms() / 1000 if timestamp is None else timestamp)
+
+    def log_message(self, *args: object) -> None:
+        """Quiet: a test reads what was accepted, not a log."""
+
+
+#: Each API by its example's name: what it takes on the command line, and its builder from those arguments.
+API_ARGUMENTS = {
+    "okx-like": ("KEY SECRET PASSPHRASE", lambda key, secret, passphrase: OkxLike({key: (secret, passphrase)})),
+    "bybit-like": ("KEY SECRET", lambda key, secret: BybitLike({key: secret})),
+    "coinbase-advanced-like": ("KEY_NAME PUBLIC_KEY_PEM_FILE",
+                               lambda name, pem: CoinbaseAdvancedLike({name: Path(pem).read_bytes()})),
+    "github-like": ("LOGIN TOKEN", lambda login, token: GithubLike({token: login})),
+}
+
+
+def main(argv: list[str]) -> int:
+    """Serve one API's verifier on loopback until interrupted (SIGTERM or ^C)."""
+    parser = argparse.ArgumentParser(prog="python -m api_verifiers", description=__doc__.split("\n\n")[0],
+                                     epilog="; ".join(f"{name} {arguments}" for name, (arguments, _)
+                                                      in API_ARGUMENTS.items()))
+    parser.add_argument("--port", type=int, default=0, help="the loopback port (default: a free one, printed)")
+    parser.add_argument("api", choices=API_ARGUMENTS)
+    parser.add_argument("arguments", nargs="*", help="the API's credentials, as the list below says")
+    options = parser.parse_args(argv)
+    wanted, build = API_ARGUMENTS[options.api]
+    if len(options.arguments) != len(wanted.split()):
+        parser.error(f"{options.api} takes {wanted}")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with Verifier(build(*options.arguments), port=options.port) as server:
+        print(f"{options.api} verifier on {server.url}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

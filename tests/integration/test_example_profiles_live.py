@@ -1,0 +1,155 @@
+"""The new example profiles (okx-like, bybit-like, coinbase-advanced-like, github-like) through the real daemon to
+verifiers built from each API's public docs (``tests/api_verifiers.py``): every request signed right ends accepted,
+also where the server's clock is off ours by more than the API's timestamp window; with a wrong secret nothing is
+placed (the key is retired at the documented refusal)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from api_verifiers import Answer, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Verifier
+from conftest import ROOT, run_client
+
+PROFILES = ROOT / "examples" / "profiles"
+
+
+def run_example(verifier: Verifier, tmp_path: Path, profile: str, keys: str, *params: str,
+                keys_name: str = "keys.txt") -> dict:
+    """Send one request per ``params`` (a JSON object's text, as an input line writes it) with the example
+    ``profile`` and the keys file ``keys`` (TOML where ``keys_name`` ends in .toml); the run's summary."""
+    keys_path = tmp_path / keys_name
+    keys_path.write_text(keys)
+    keys_path.chmod(0o600)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"id": "order-{n}", "params": {text}}}\n' for n, text in enumerate(params)))
+    result, summary = run_client(verifier, tmp_path, "--profile", str(PROFILES / f"{profile}.toml"), "--keys-file",
+                                 str(keys_path), "--source", str(source))
+    assert summary["identity_holds"], result.stdout + result.stderr
+    return summary
+
+
+def assert_all_accepted(summary: dict, verifier: Verifier, id_field: str, count: int) -> None:
+    """Every request ended accepted, each sent once, its id in ``id_field`` of the body; nothing refused."""
+    assert (summary["accepted"], summary["exit_code"]) == (count, 0) and verifier.refused == [], summary
+    assert sorted(json.loads(sent.body)[id_field] for sent in verifier.accepted) == [f"order-{n}" for n in range(count)]
+
+
+def assert_refused(summary: dict, verifier: Verifier) -> list[Answer]:
+    """Nothing placed: the one key was retired at the first refusal, what it had not sent left for the next
+    run; the answers the verifier gave."""
+    assert verifier.accepted == [] and summary["accepted"] == 0, summary
+    assert summary["stop_reason"] == "all keys retired", summary
+    return verifier.refused
+
+
+BYBIT_ORDERS = ('{"category": "spot", "symbol": "BTCUSDT", "side": "Buy", "orderType": "Limit", "qty": 0.00001, '
+                '"price": "15600", "isLeverage": 0}',
+                '{"category": "linear", "symbol": "BTCUSDT", "side": "Sell", "orderType": "Market", "qty": "1", '
+                '"reduceOnly": true}',
+                '{"category": "spot", "symbol": "ETHUSDT", "side": "Buy", "orderType": "Limit", "qty": "0.1", '
+                '"price": "1000", "timeInForce": "PostOnly"}')
+
+
+@pytest.mark.parametrize("skew_ms", [0, -20_000], ids=["same clock", "server 20 s behind"])
+def test_bybit_like_signs_within_the_receive_window(tmp_path, skew_ms):
+    with Verifier(BybitLike({"XXXXXXXXXXXXXXXXXX": "bybit-secret-0001"}), skew_ms=skew_ms) as verifier:
+        summary = run_example(verifier, tmp_path, "bybit-like", "XXXXXXXXXXXXXXXXXX bybit-secret-0001\n",
+                              *BYBIT_ORDERS)
+    assert_all_accepted(summary, verifier, "orderLinkId", len(BYBIT_ORDERS))
+    assert any(b'"qty":0.00001,' in sent.body for sent in verifier.accepted)  # as the line wrote it, signed so
+
+
+def test_bybit_like_with_a_wrong_secret_is_refused_and_nothing_placed(tmp_path):
+    with Verifier(BybitLike({"XXXXXXXXXXXXXXXXXX": "bybit-secret-0001"})) as verifier:
+        summary = run_example(verifier, tmp_path, "bybit-like", "XXXXXXXXXXXXXXXXXX not-the-secret\n", *BYBIT_ORDERS)
+    assert {answer.body["retCode"] for answer in assert_refused(summary, verifier)} == {10004}  # "error sign!"
+
+
+USER_CHANGES = ('{"bio": "Pushes requests through rate limits"}', '{"blog": "https://example.org", "hireable": true}',
+                '{"location": "Paris", "company": null}')
+
+
+def test_github_like_patches_with_a_bearer_token_a_version_and_the_login_as_user_agent(tmp_path):
+    with Verifier(GithubLike({"ghp_exampletoken0001": "octocat"})) as verifier:
+        summary = run_example(verifier, tmp_path, "github-like", "octocat ghp_exampletoken0001\n", *USER_CHANGES)
+    assert (summary["accepted"], summary["exit_code"]) == (len(USER_CHANGES), 0) and verifier.refused == [], summary
+    assert sorted(sent.body for sent in verifier.accepted) == sorted(json.dumps(json.loads(text), separators=(",", ":"))
+                                                                  .encode() for text in USER_CHANGES)
+    assert {(sent.method, sent.headers["User-Agent"], sent.headers["X-GitHub-Api-Version"])
+            for sent in verifier.accepted} == {("PATCH", "octocat", "2022-11-28")}
+
+
+def test_github_like_with_a_wrong_token_is_refused_as_bad_credentials(tmp_path):
+    with Verifier(GithubLike({"ghp_exampletoken0001": "octocat"})) as verifier:
+        summary = run_example(verifier, tmp_path, "github-like", "octocat ghp_revoked\n", *USER_CHANGES)
+    assert {answer.body["message"] for answer in assert_refused(summary, verifier)} == {"Bad credentials"}
+
+
+OKX_ORDERS = ('{"instId": "BTC-USDT", "tdMode": "cash", "side": "buy", "ordType": "limit", "px": "2.15", "sz": "2"}',
+              '{"instId": "BTC-USDT", "tdMode": "cash", "side": "sell", "ordType": "market", "sz": 0.00001}',
+              '{"instId": "ETH-USDT-SWAP", "tdMode": "cross", "side": "buy", "ordType": "post_only", "px": "1000", '
+              '"sz": "1", "reduceOnly": false}')
+
+
+def okx_keys(secret: str) -> str:
+    return f'[[key]]\nkey = "okx-key-0001"\nsecret = "{secret}"\npassphrase = "my passphrase 1"\n'
+
+
+@pytest.mark.parametrize("skew_ms", [0, -40_000], ids=["same clock", "server 40 s behind"])  # the window: 30 s
+def test_okx_like_signs_an_iso_timestamp_with_the_passphrase(tmp_path, skew_ms):
+    with Verifier(OkxLike({"okx-key-0001": ("okx-secret-0001", "my passphrase 1")}), skew_ms=skew_ms) as verifier:
+        summary = run_example(verifier, tmp_path, "okx-like", okx_keys("okx-secret-0001"), *OKX_ORDERS,
+                              keys_name="keys.toml")
+    assert_all_accepted(summary, verifier, "clOrdId", len(OKX_ORDERS))
+
+
+def test_okx_like_with_a_wrong_secret_is_refused_as_an_invalid_sign(tmp_path):
+    with Verifier(OkxLike({"okx-key-0001": ("okx-secret-0001", "my passphrase 1")})) as verifier:
+        summary = run_example(verifier, tmp_path, "okx-like", okx_keys("not-the-secret"), *OKX_ORDERS,
+                              keys_name="keys.toml")
+    assert {answer.body["code"] for answer in assert_refused(summary, verifier)} == {"50113"}  # "Invalid Sign"
+
+
+COINBASE_KEY = "organizations/4f2c1a9e-0000-4000-8000-000000000001/apiKeys/7d9b3e21-0000-4000-8000-000000000002"
+COINBASE_ORDERS = ('{"product_id": "BTC-USD", "side": "BUY", "order_configuration": {"limit_limit_gtc": '
+                   '{"base_size": "0.00001", "limit_price": "10000.00", "post_only": false}}}',
+                   '{"product_id": "ETH-USD", "side": "SELL", "order_configuration": {"market_market_ioc": '
+                   '{"base_size": "0.5"}}}',
+                   '{"product_id": "BTC-USD", "side": "BUY", "order_configuration": {"limit_limit_gtd": '
+                   '{"base_size": "0.001", "limit_price": "9000", "end_time": "2026-12-01T00:00:00Z"}}}')
+
+
+def ec_key() -> tuple[str, bytes]:
+    """A fresh P-256 key: its private half in PEM (as Coinbase hands it out) and its public half in PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption()).decode()
+    return private, key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def coinbase_keys(private_pem: str) -> str:
+    return f'[[key]]\nkey = "{COINBASE_KEY}"\nsecret = """\n{private_pem}"""\n'
+
+
+def test_coinbase_advanced_like_sends_an_es256_jwt_per_request(tmp_path):
+    private, public = ec_key()
+    with Verifier(CoinbaseAdvancedLike({COINBASE_KEY: public})) as verifier:
+        summary = run_example(verifier, tmp_path, "coinbase-advanced-like", coinbase_keys(private), *COINBASE_ORDERS,
+                              keys_name="keys.toml")
+    assert_all_accepted(summary, verifier, "client_order_id", len(COINBASE_ORDERS))
+    assert len({sent.headers["Authorization"] for sent in verifier.accepted}) == len(COINBASE_ORDERS)
+
+
+def test_coinbase_advanced_like_signed_with_another_key_is_unauthorized(tmp_path):
+    _, public = ec_key()
+    other, _ = ec_key()
+    with Verifier(CoinbaseAdvancedLike({COINBASE_KEY: public})) as verifier:
+        summary = run_example(verifier, tmp_path, "coinbase-advanced-like", coinbase_keys(other), *COINBASE_ORDERS,
+                              keys_name="keys.toml")
+    assert {answer.body for answer in assert_refused(summary, verifier)} == {"Unauthorized"}
