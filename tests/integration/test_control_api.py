@@ -1,0 +1,166 @@
+"""The control API of a running daemon against the reference server (``--control-port``): the status of five keys,
+commands refused without the token, a key and the whole daemon paused and resumed as the server's own counts show,
+the dead letters paged, one requeued until its new record supersedes the old, and a drain that ends the run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, wait_for
+from thread_client.config import DEFAULT_KEYS
+from thread_client.limits.keys import key_id
+from tools.harness.client_process import client_command, read_summary
+from tools.harness.processes import free_port, stop_process
+
+#: The reference server refuses a form body over 64 KiB (400, ``rejected``): a dead letter on its first try.
+DEAD_IDS = ["too-big-1", "too-big-2"]
+REQUESTS = 6000  # more than a test lasts at the reference server's pace
+HTTP_TIMEOUT_S = 0.5  # bounds a send: a paused key's last one is over this long (and a margin) after the pause
+
+
+def call(port: int, method: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.load(refused)
+
+
+def answers(port: int) -> bool:
+    try:
+        return call(port, "GET", "/api/v1/status")[0] == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def daemon(fast_server, tmp_path):
+    """A daemon on the reference server following a file of requests (two dead letters first), its control port
+    served with a token file it makes itself; killed after the test unless the test drained it."""
+    source = tmp_path / "requests.jsonl"
+    lines = [{"id": dead, "params": {"blob": "x" * 70_000}} for dead in DEAD_IDS]
+    lines += [{"id": f"r-{n}", "params": {"n": n}} for n in range(REQUESTS)]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    port, token_file = free_port(), tmp_path / "control" / "token"
+    token_file.parent.mkdir()
+    log = (tmp_path / "daemon.log").open("w")
+    process = subprocess.Popen(client_command(
+        fast_server.url, tmp_path, "--source", str(source), "--follow", "--params-in", "form",
+        "--results", str(tmp_path / "results.jsonl"), "--http-timeout-ms", str(round(HTTP_TIMEOUT_S * 1000)),
+        "--control-port", str(port), "--control-token-file", str(token_file)), cwd=ROOT, stdout=log,
+        stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: process.poll() is not None or answers(port), timeout=30)
+        assert process.poll() is None, (tmp_path / "daemon.log").read_text()
+        yield process, port, token_file, tmp_path
+    finally:
+        stop_process(process, signal.SIGKILL, 10)
+        log.close()
+
+
+def accepted_at_server(server) -> dict[str, int]:
+    return {key: counts["accepted"] for key, counts in server.stats()["keys"].items()}
+
+
+def quiet_after_sends_end(server, keys: list[str]) -> bool:
+    """Whether ``keys`` send nothing the server accepts, once what they had in flight is over: two reads of the
+    server's counts around a bounded wait (a paused key sends nothing at all, however slow the machine)."""
+    time.sleep(HTTP_TIMEOUT_S + 0.5)
+    before = accepted_at_server(server)
+    time.sleep(1.0)
+    after = accepted_at_server(server)
+    return all(before.get(key, 0) == after.get(key, 0) for key in keys)
+
+
+def test_status_commands_and_pauses(daemon, fast_server):
+    process, port, token_file, workdir = daemon
+    token = token_file.read_text().strip()
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token
+    assert str(token_file) in (workdir / "daemon.log").read_text()  # its path is said at start-up
+
+    code, status = call(port, "GET", "/api/v1/status")
+    assert code == 200 and status["version"] == 1 and status["profile"] == "reference"
+    assert status["delivery"] == "at-least-once" and status["paused"] is False and status["draining"] is False
+    assert [key["id"] for key in status["keys"]] == [key_id(secret)[:12] for secret in DEFAULT_KEYS]
+    for key in status["keys"]:
+        assert set(key) == {"id", "name", "state", "held_until", "owner", "accepted_per_s", "strikes", "budget"}
+        assert "..." in key["name"] and key["strikes"] == 0 and set(key["budget"]) == {"per key"}
+    assert set(status["queues"]) == {"main", "dlq"}
+    assert not any(secret in json.dumps(status) for secret in DEFAULT_KEYS)
+
+    first = status["keys"][0]["id"]
+    for given in (None, "not-the-token"):
+        assert call(port, "POST", f"/api/v1/keys/{first}/pause", token=given)[0] == 401
+        assert call(port, "POST", "/api/v1/drain", token=given)[0] == 401
+    assert "refused: no token" in (workdir / "daemon.log").read_text()
+    assert call(port, "POST", "/api/v1/keys/000000000000/pause", token=token)[0] == 404
+
+    # One key paused: it sends nothing once its in-flight sends are over, while the others go on.
+    assert call(port, "POST", f"/api/v1/keys/{first}/pause", token=token) == (200, {"key": first, "state": "paused"})
+    assert quiet_after_sends_end(fast_server, [DEFAULT_KEYS[0]])
+    assert call(port, "GET", "/api/v1/status")[1]["keys"][0]["state"] == "paused"
+    others = accepted_at_server(fast_server)
+    wait_for(lambda: all(accepted_at_server(fast_server)[key] > others[key] for key in DEFAULT_KEYS[1:]), timeout=10)
+    paused_count = accepted_at_server(fast_server)[DEFAULT_KEYS[0]]
+    assert call(port, "POST", f"/api/v1/keys/{first}/resume", token=token)[1]["state"] in ("sending", "held")
+    wait_for(lambda: accepted_at_server(fast_server)[DEFAULT_KEYS[0]] > paused_count, timeout=10)
+
+    # The whole daemon paused: no key sends; resumed: they all do again.
+    assert call(port, "POST", "/api/v1/pause", token=token) == (200, {"paused": True})
+    assert call(port, "GET", "/api/v1/status")[1]["paused"] is True
+    assert quiet_after_sends_end(fast_server, DEFAULT_KEYS)
+    stopped = accepted_at_server(fast_server)
+    assert call(port, "POST", "/api/v1/resume", token=token) == (200, {"paused": False})
+    wait_for(lambda: all(accepted_at_server(fast_server)[key] > stopped[key] for key in DEFAULT_KEYS), timeout=10)
+    assert process.poll() is None
+
+
+def records_of(results: Path, request_id: str) -> list[dict]:
+    lines = results.read_text().splitlines() if results.exists() else []
+    return [record for record in map(json.loads, filter(None, lines)) if record["id"] == request_id]
+
+
+def test_dead_letters_paged_requeued_and_a_drain(daemon):
+    process, port, token_file, workdir = daemon
+    token, results = token_file.read_text().strip(), workdir / "results.jsonl"
+    wait_for(lambda: all(records_of(results, dead) for dead in DEAD_IDS), timeout=20)
+
+    code, first = call(port, "GET", "/api/v1/dead?limit=1")
+    assert code == 200 and len(first["items"]) == 1 and first["next"]
+    code, second = call(port, "GET", f"/api/v1/dead?limit=1&after={first['next']}")
+    assert code == 200 and second["next"] is None
+    assert [page["items"][0]["id"] for page in (first, second)] == sorted(DEAD_IDS, key=lambda dead: records_of(
+        results, dead)[0]["finished"])
+    assert first["items"][0]["outcome"] == "rejected" and first["items"][0]["key"]
+    assert call(port, "GET", "/api/v1/dead?outcome=rejected")[1]["items"] == first["items"] + second["items"]
+    assert call(port, "GET", "/api/v1/dead?outcome=shutdown")[1] == {"items": [], "next": None}
+    assert call(port, "GET", "/api/v1/dead?outcome=no_such")[0] == 400
+    assert call(port, "GET", "/api/v1/dead?limit=0")[0] == 400
+
+    # Requeued: sent again under the same id, and its new final record (the last) says so.
+    assert call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0]]}) [0] == 401
+    assert call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0], "r-no-such"]}, token=token) == (
+        200, {"requeued": 1, "ids": [DEAD_IDS[0]]})
+    wait_for(lambda: len(records_of(results, DEAD_IDS[0])) == 2, timeout=20)
+    old, new = records_of(results, DEAD_IDS[0])
+    assert new["requeued"] is True and new["requeue"] == 1 and "requeued" not in old and new["finished"] > old["finished"]
+    listed = call(port, "GET", "/api/v1/dead")[1]["items"]
+    assert [item["id"] for item in listed] == [DEAD_IDS[1], DEAD_IDS[0]]  # its last record only, now the newest
+
+    assert call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
+    assert process.wait(timeout=30) == 0
+    summary = read_summary(workdir)
+    assert summary["stop_reason"] == "drained from the control API"

@@ -1,0 +1,103 @@
+"""The control API's HTTP server: the standard library's threading server, one short-lived thread per request,
+bound at once and served by a thread the daemon supervises."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Sequence
+
+from ..errors import ConfigError
+from ..threads import LoopThread, ManagedThread
+from .routes import MAX_BODY, Reply, Router
+
+__all__ = ["ControlServer", "is_loopback"]
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine alone (``localhost``, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Hands each request to the server's router; logs no poll (the page polls every second)."""
+
+    server: "_Server"
+    protocol_version = "HTTP/1.1"  # the page's polls keep their connection
+
+    def do_GET(self) -> None:
+        self._answer(b"")
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self._send(Reply.json({"error": f"a body of 0 to {MAX_BODY} bytes, with its Content-Length"}, 400))
+            return
+        self._answer(self.rfile.read(length))
+
+    def do_PUT(self) -> None:
+        self._answer(b"")
+
+    do_DELETE = do_PATCH = do_HEAD = do_PUT
+
+    def _answer(self, body: bytes) -> None:
+        self._send(self.server.router.route(self.command, self.path, self.headers.get("Authorization"), body,
+                                            client=self.client_address[0]))
+
+    def _send(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], router: Router) -> None:
+        self.router = router
+        super().__init__(address, _Handler)
+
+
+class ControlServer:
+    """Serves ``router`` on ``host``:``port`` (0 picks one), bound at once; its serving thread is made here and never
+    started (``OwnsThreads``): the daemon supervises, starts and joins it as its own. Only a loopback ``host`` is
+    served without ``token_file`` (ConfigError); OSError if the port cannot be bound."""
+
+    def __init__(self, router: Router, port: int, host: str = "127.0.0.1", *, token_file: str | None = None) -> None:
+        if not is_loopback(host) and token_file is None:
+            raise ConfigError(f"--control-host {host} is reachable from other machines: give --control-token-file")
+        self._server = _Server((host, port), router)
+        self.host = host
+        self.port: int = self._server.server_port
+        self._thread = LoopThread("control-server", self._server.serve_forever)
+
+    def __repr__(self) -> str:
+        return f"<ControlServer http://{self.host}:{self.port}/>"
+
+    def threads(self) -> Sequence[ManagedThread]:
+        return [self._thread]
+
+    def close(self) -> None:
+        """Stop serving (the thread then ends) and close the port; returns at once if it is not serving."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
