@@ -14,12 +14,12 @@ CLIENT_ARGS ?=
 SERVER_PID := .server.pid
 SERVER_LOG := .server.log
 
-.PHONY: help setup nginx prometheus run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
+.PHONY: help setup nginx prometheus chromium run-server stop-server run-client run test test-unit docs bench bench-cluster demo-cluster chaos campaign soak profile diagrams
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: $(STAMP) nginx prometheus  ## create or refresh .venv from requirements.txt; install Debian's nginx and prometheus where missing
+setup: $(STAMP) nginx prometheus chromium  ## create or refresh .venv from requirements.txt; install Debian's nginx, prometheus and chromium where missing
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
@@ -50,6 +50,18 @@ prometheus:  ## install Debian's prometheus (promtool and the server) where miss
 	echo "installing Debian's prometheus (apt-get install prometheus)"; \
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) \
 		>/dev/null || echo "$(PROMETHEUS_MISSING); apt-get install prometheus failed" >&2
+
+# Debian's chromium and chromium-driver: the headless browser Selenium drives in the console page's test. Where they
+# cannot be installed that test skips.
+CHROMIUM_MISSING := chromium is missing: the console's browser test skips (install Debian's chromium and chromium-driver packages)
+
+chromium:  ## install Debian's chromium and chromium-driver where missing (apt-get, as root); part of setup
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "$(CHROMIUM_MISSING); apt-get as root is needed to install it here" >&2; exit 0; fi; \
+	echo "installing Debian's chromium (apt-get install chromium chromium-driver)"; \
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver) \
+		>/dev/null || echo "$(CHROMIUM_MISSING); apt-get install chromium chromium-driver failed" >&2
 
 run-server: setup  ## start the reference server in the background on $(HOST):$(PORT); refuses a port already taken
 	@if [ -f $(SERVER_PID) ] && kill -0 $$(cat $(SERVER_PID)) 2>/dev/null; then \

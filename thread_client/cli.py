@@ -42,7 +42,7 @@ from .limits.scopes import RuleScopes
 from .limits.timestamps import AGREE, ServerClock, ServerTimestamps
 from .parts import Journal, KeyPool, RequestSource, ResultSink
 from .policy.retry import RetryPolicy
-from .profile import DEFAULT_PROFILE, ProfileError, Signer, load_profile
+from .profile import DEFAULT_PROFILE, Profile, ProfileError, Signer, load_profile
 from .profile.endpoints import Endpoints
 from .profile.model import PARAMS_IN
 from .profile.command import profile_main
@@ -58,10 +58,12 @@ PROG = "thread-client"
 _SAME_AS_CONFIG = (
     "url", "ca_file", "rate", "max_retries", "max_retry_after",
     "queue_size", "load", "source", "follow", "duration", "metrics_interval", "metrics_port", "outage_after",
+    "control_port", "control_host", "control_token_file",
     "log_level", "log_file", "log_max_bytes", "log_backups", "graveyard", "summary_json", "max_body_bytes",
 )
 # Options that name a file or folder: given in a config file, a relative one is taken from the file's folder.
-_PATHS = ("profile", "ca_file", "keys_file", "state_dir", "source", "log_file", "graveyard", "results", "summary_json")
+_PATHS = ("profile", "ca_file", "keys_file", "state_dir", "source", "log_file", "graveyard", "results", "summary_json",
+          "control_token_file")
 
 
 def _ms(seconds: float) -> float:
@@ -102,8 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         f"('{PROG} profile list') (default %(default)s)")
     add("--ca-file", type=_path, metavar="PATH", help="verify HTTPS against this CA bundle instead of the system store")
     add("--keys-file", type=_path, metavar="PATH",
-        help="file with one API key per line, 'KEY [SECRET [ACCOUNT]]' ('#' comments allowed); a file with "
-        "secrets must not be readable by group or others")
+        help="file with one API key per line, 'KEY [SECRET [ACCOUNT]]' ('#' comments allowed), or a .toml file of "
+        "[[key]] tables (key, secret, account, passphrase, [key.extra] named secrets); a file with secrets must "
+        "be chmod 600")
     add("--rate", type=bounded(int, 1, 10_000),
         help=f"requests per key per window: with --window-ms, one rolling window per key that replaces the "
         f"profile's [[limit]] rules (default: the profile's; {defaults.RATE} with --window-ms alone)")
@@ -162,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--follow", action="store_true", help="keep reading a --source file as it grows (like tail -f)")
     add("--params-in", choices=PARAMS_IN,
         help="send a request's params in the query string, a form body or a JSON body (default: the profile's "
-        "[request] params_in)")
+        "[request] params_in; refused where its fields_in is body: its own fields travel in that body)")
     add("--load", choices=LOADS, default="exercise",
         help="with --source generate: exercise, the original load, randint(0, 21) ms between requests; "
         "saturate, keep the queue full")
@@ -172,6 +175,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between metrics blocks (default %(default)s)")
     add("--metrics-port", type=bounded(int, 0, 65_535), metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
+    add("--control-port", type=bounded(int, 0, 65_535), metavar="PORT",
+        help="serve the control API and the operator's console on --control-host:PORT (default off)")
+    add("--control-host", default="127.0.0.1", metavar="ADDRESS",
+        help="the control port's address (default %(default)s); any other than loopback needs --control-token-file")
+    add("--control-token-file", type=_path, metavar="PATH",
+        help="the token every command of the control API needs; made (mode 0600) when missing (default: "
+        "control-token in --state-dir)")
     add("--log-level", choices=LOG_LEVELS, default="INFO", help="default %(default)s; DEBUG logs every request")
     add("--log-file", type=_path, metavar="PATH", help="also log to this file, rotated by size")
     add("--log-max-bytes", type=bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
@@ -250,7 +260,7 @@ def _config_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Con
         # A profile whose API blocks keys sooner parks them sooner: the budget stays below its block.
         max_strikes = args.max_strikes or max(1, min(defaults.MAX_STRIKES, server_max_429 - threads_per_key))
         if args.params_in is not None:
-            profile = replace(profile, request=replace(profile.request, params_in=args.params_in))
+            profile = _with_params_in(profile, args.params_in)
         return Config(
             keys=keys.keys,
             keys_source=keys.source,
@@ -264,6 +274,7 @@ def _config_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Con
             max_strikes=max_strikes,
             window=args.window_ms / 1000 if args.window_ms is not None else None,
             accounts=keys.accounts,
+            extras=keys.extras,
             order_latency=args.order_latency_ms / 1000,
             invalid_nonce=InvalidNonceCost(args.invalid_nonce or profile.penalty.invalid_nonce),
             server_max_429=server_max_429,
@@ -275,6 +286,16 @@ def _config_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Con
     except (ConfigError, ProfileError) as exc:
         parser.error(str(exc))
         raise  # unreachable: error() exits
+
+
+def _with_params_in(profile: Profile, params_in: str) -> Profile:
+    """``profile`` with the user's params sent where ``--params-in`` says. Raises ConfigError where that contradicts
+    the profile: its own fields travel in its body (``fields_in = "body"``), in the encoding the API reads them in."""
+    request = profile.request
+    if params_in != request.params_in and request.fields_in == "body":
+        raise ConfigError(f'--params-in {params_in} contradicts profile {profile.name}: its fields_in = "body" sends '
+                          f"the key, nonce and id in a {request.params_in} body with the params; change the profile")
+    return replace(profile, request=replace(request, params_in=params_in))
 
 
 def _check_writable(flag: str, path: str | None) -> None:
@@ -348,7 +369,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints,
                         server_clock=server_clock)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
-    admit = Endpoints(profile.request, config.limit_rules).admit
+    admit = Endpoints(profile.request, config.limit_rules, profile.own_params).admit
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
@@ -409,7 +430,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         transports=lambda key: HttpTransport(
             config.url, key.secret, config.http_timeout, ssl_context=context, profile=profile,
             signer=Signer(profile.sign, config.secret_of(key.secret)) if profile.sign is not None else None,  # type: ignore[arg-type]
-            secret=config.secret_of(key.secret), server_clock=server_clock, may_send=key.may_send,
+            secret=config.secret_of(key.secret), extras=config.extras_of(key.secret), server_clock=server_clock,
+            may_send=key.may_send,
         ),
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes, strike_budget=config.strike_budget),
@@ -434,7 +456,7 @@ def _server_clock(
     aligned = any(rule.algorithm == "fixed-window" for rule in config.limit_rules)
     if not (nonce.is_timestamp or aligned):
         return None, None
-    server_clock = ServerClock(lambda: clock() * 1000)
+    server_clock = ServerClock(lambda: clock() * 1000, date_lag_ms=nonce.date_lag_ms)
     asked = nonce.time_path or f"the Date of HEAD {config.profile.request.path}"
     try:
         _read_server_clock(config, context, server_clock, clock)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 from urllib.parse import urlsplit
 
 from . import defaults
@@ -14,6 +14,7 @@ from .cluster.address import StoreAddress, is_store_url
 from .cluster.work_stream import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
+from .keys_file import KeyList, read_keys_file
 from .io.sources import LOADS
 from .limits.order_rule import InvalidNonceCost
 from .limits.rules import MS_GUARD, LimitRule, memory_of
@@ -51,6 +52,8 @@ class Config:
     profile: Profile = field(default_factory=load_profile)  # the API: request, nonce, signing, answers
     ca_file: str | None = None
     accounts: tuple[str, ...] = ()  # each key's account (the keys file's third column; "": none), as ``keys``
+    # Each key's named extra secrets (a passphrase, a token: a TOML keys file's), in the order of ``keys``.
+    extras: tuple[Mapping[str, Secret], ...] = ()
     # --rate and --window-ms: one rolling window per key that replaces the profile's limits (None: not given).
     rate: int | None = None
     window: float | None = None
@@ -83,6 +86,9 @@ class Config:
     max_body_bytes: int = defaults.MAX_BODY_BYTES
     summary_json: str | None = None
     metrics_port: int | None = None
+    control_port: int | None = None  # the control API and console (None: not served)
+    control_host: str = "127.0.0.1"
+    control_token_file: str | None = None  # None: control-token in the state dir
 
     def __post_init__(self) -> None:
         self._check_url()
@@ -136,6 +142,8 @@ class Config:
             raise ConfigError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
+        if self.control_port is not None and not 0 <= self.control_port <= 65535:
+            raise ConfigError(f"--control-port must be between 0 and 65535, got {self.control_port}")
 
     def _check_url(self) -> None:
         """``http[s]://HOST[:PORT][/PATH]`` and nothing else: a URL the HTTP client would refuse (a space,
@@ -163,6 +171,14 @@ class Config:
         profile = self.profile
         if self.secrets and len(self.secrets) != len(self.keys):
             raise ConfigError("secrets must be given one per key")
+        if self.extras and len(self.extras) != len(self.keys):
+            raise ConfigError("extra secrets must be given one set per key")
+        for name in sorted(profile.request.extras_named):
+            lacking = [index + 1 for index, key in enumerate(self.keys) if name not in self.extras_of(key)]
+            if lacking:
+                raise ConfigError(f"profile {profile.name}'s headers name {{{_field_of(name)}}}: key(s) number "
+                                  f"{', '.join(map(str, lacking))} of the {self.keys_source} have none (a TOML keys "
+                                  "file gives it: passphrase = ... or [key.extra])")
         needs = ("signs requests" if profile.sign is not None else
                  "sends the key's secret in a header" if profile.request.names_secret else "")
         missing = [index + 1 for index, secret in enumerate(self.secrets or (None,) * len(self.keys)) if secret is None]
@@ -176,10 +192,14 @@ class Config:
                 except ValueError as exc:
                     raise ConfigError(f"key number {index + 1} of the {self.keys_source}: {exc}") from exc
                 _try_signing(signer, profile.name)
-        if self.delivery.settles_ambiguous and not profile.nonce.ordered:
+        if self.delivery.settles_ambiguous and not profile.nonce.proves_acceptance and profile.settle is None:
+            why = (f'spends a nonce on any authenticated request ([nonce] spent_by = "{profile.nonce.spent_by}"), '
+                   "so a refused first copy looks the same" if profile.nonce.ordered else
+                   f"has [nonce] style {profile.nonce.style}, which the exchange would take twice")
             raise ConfigError(f"--delivery {self.delivery} proves a lost answer's fate by the nonce rule (a nonce sent "
-                              f"again is refused once accepted): profile {profile.name} has [nonce] style "
-                              f"{profile.nonce.style}, so only at-least-once applies")
+                              f"again is refused once accepted), which profile {profile.name} cannot keep: it {why}; "
+                              "it would need a [settle] endpoint to ask the exchange instead, so only at-least-once "
+                              "applies")
 
     @property
     def limit_rules(self) -> tuple[LimitRule, ...]:
@@ -217,6 +237,10 @@ class Config:
         """The signing secret of ``key``, if the keys file gave one."""
         return dict(zip(self.keys, self.secrets)).get(key) if self.secrets else None
 
+    def extras_of(self, key: str) -> Mapping[str, Secret]:
+        """The named extra secrets of ``key`` (``passphrase``, ``token``...) the keys file gave."""
+        return dict(zip(self.keys, self.extras)).get(key, {}) if self.extras else {}
+
     @property
     def strike_budget(self) -> int:
         """The strikes a key may have in all its runs: it is parked for good at this count, and the
@@ -239,6 +263,11 @@ class Config:
             address = replace(address, options={**address.options,
                                                  "results": results.option("stream", flag="--results")})
         return WorkStream(address)
+
+
+def _field_of(extra: str) -> str:
+    """How a header template names the extra secret ``extra``: ``passphrase``, else ``extra.NAME``."""
+    return extra if extra == "passphrase" else f"extra.{extra}"
 
 
 def _try_signing(signer: Signer, profile: str) -> None:
@@ -268,59 +297,19 @@ def default_state_dir(environ: dict[str, str] | os._Environ[str] = os.environ) -
     return Path(base) / "thread_client"
 
 
-@dataclass(frozen=True)
-class KeyList:
-    """The API keys and where they came from, with each one's signing secret (None where the file gave
-    none) and account (empty where it gave none: the key is its own account)."""
-
-    keys: tuple[str, ...]
-    source: str
-    secrets: tuple[Secret | None, ...] = ()
-    accounts: tuple[str, ...] = ()
-
-
 def load_keys(path: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> KeyList:
-    """API keys and where they came from: ``path`` (one per line, ``KEY [SECRET [ACCOUNT]]`` separated by
-    white space; blank lines and ``#`` comments skipped), else the ``THREAD_CLIENT_KEYS`` variable (comma or
-    white-space separated keys), else the test keys.
+    """API keys and where they came from: the keys file at ``path`` (``read_keys_file``: one per line,
+    ``KEY [SECRET [ACCOUNT]]``, or TOML ``[[key]]`` tables with named extra secrets), else the
+    ``THREAD_CLIENT_KEYS`` variable (comma or white-space separated keys), else the test keys.
 
-    Raises ConfigError naming the file (never a key or a secret) when it is missing, unreadable, empty,
-    lists a key twice, has more than three columns, or holds secrets and can be read by others.
+    Raises ConfigError naming the file or the variable (never a key or a secret) when it is missing,
+    unreadable, empty, not of its form, lists a key twice, or holds secrets and can be read by others.
     """
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8-sig")  # an editor's byte-order mark is no part of a key
-            mode = os.stat(path).st_mode
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-            raise ConfigError(f"cannot read keys file {path}: {reason}") from exc
-        source = f"keys file {path}"
-        numbered = [(number, line.split()) for number, line in enumerate(text.splitlines(), 1)]
-        numbered = [(number, row) for number, row in numbered if row and not row[0].startswith("#")]
-        for number, row in numbered:
-            if len(row) > 3:
-                raise ConfigError(f"{source}:{number}: more than three columns (KEY SECRET ACCOUNT)")
-            if any(column.startswith("#") for column in row[1:]):
-                raise ConfigError(f"{source}:{number}: a secret or account may not start with '#' (a comment goes "
-                                  "on a line of its own)")
-        rows = [row for _, row in numbered]
-        keys = [row[0] for row in rows]
-        secrets = tuple(Secret(row[1]) if len(row) > 1 else None for row in rows)
-        accounts = tuple(row[2] if len(row) > 2 else "" for row in rows)
-        if any(secrets) and mode & (stat.S_IRGRP | stat.S_IROTH):
-            raise ConfigError(f"{source} holds secrets and can be read by group or others "
-                              f"(mode {stat.filemode(mode)}): chmod 600 {path}")
-        if not any(secrets):
-            secrets = ()
-        if not any(accounts):
-            accounts = ()
-    elif environ.get(KEYS_ENV, "").strip():
-        keys = environ[KEYS_ENV].replace(",", " ").split()
-        source, secrets, accounts = f"${KEYS_ENV}", (), ()
-    else:
+        return read_keys_file(path)
+    if not environ.get(KEYS_ENV, "").strip():
         return KeyList(DEFAULT_KEYS, DEFAULT_KEYS_SOURCE)
-    if not keys:
-        raise ConfigError(f"{source} holds no keys")
+    keys = environ[KEYS_ENV].replace(",", " ").split()
     if len(set(keys)) != len(keys):
-        raise ConfigError(f"{source} lists a key twice")
-    return KeyList(tuple(keys), source, secrets, accounts)
+        raise ConfigError(f"${KEYS_ENV} lists a key twice")
+    return KeyList(tuple(keys), f"${KEYS_ENV}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -11,8 +12,16 @@ from typing import Callable, Mapping, Sequence
 
 from .clock import Clock, monotonic
 from .config import Config
+from .cluster.address import is_store_url
+from .control.dead import DeadLetters
+from .control.feed import ConsoleFeed
+from .control.panel import DaemonPanel
+from .control.routes import Router
+from .control.server import ControlServer
+from .control.token import control_token
 from .errors import ConfigError
-from .exits import ALL_KEYS_RETIRED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
+from .exits import ALL_KEYS_RETIRED, DRAINED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
+from .flow.listener import Listeners
 from .flow.outage import OutageGate
 from .flow.producer import Producer
 from .flow.queues import QueueManager
@@ -24,9 +33,10 @@ from .io.resume import EarlierSend
 from .io.transport import endpoint_of
 from .limits.host_ban import HostBan
 from .limits.keys import ApiKey
+from .limits.limiter import PausedBy
 from .limits.rate_limit_scope import RateLimitScope
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
-from .request import FinalOutcome, Request
+from .request import FinalOutcome, Request, Work
 from .resumability import NOT_RESUMABLE, Resumability
 from .selectable_event import SelectableEvent
 from .observe.metrics import Metrics
@@ -35,6 +45,7 @@ from .observe.report import MetricsReporter, QueueMonitor
 from .observe.status import DaemonStatus, KeyCondition, KeyStatus
 from .observe.summary import Summary
 from .policy.answers import AnswerTable
+from .policy.order_status import StatusTable
 from .policy.retry import RetryPolicy
 from .stop_latch import StopLatch
 from .threads import ManagedThread
@@ -106,6 +117,8 @@ class Daemon:
             keep_unsent=resumability.keeps_unsent, clock=clock,
         )
         self.metrics = Metrics(clock)
+        # What the workers announce, to every subscriber: the metrics, and the console's feed when it is served.
+        self.events = Listeners(self.metrics)
         self.outage = OutageGate(config.outage_after, clock=clock)
         self.late_answers = LateAnswers(clock=clock)
         self.source = source
@@ -122,12 +135,14 @@ class Daemon:
         rate_limited = RateLimitScope(penalty.rate_limited_holds, penalty.rate_limited_strikes, config.limit_memory,
                                       keys.hold_keys)
         answers = AnswerTable(config.profile)
+        # Where a send in doubt is settled by asking the exchange: its order-status endpoint, if the profile names one.
+        status = StatusTable(config.profile) if config.profile.settle is not None else None
         self.workers = [
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
-                listener=self.metrics, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
+                listener=self.events, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
                 on_stop=self._on_stop, on_ban=self.ban.banned, rate_limited=rate_limited, journal=journal,
-                late_answers=self.late_answers, answers=answers,
+                late_answers=self.late_answers, answers=answers, status=status,
                 earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
                 nonce_refused_again=config.profile.nonce.ordered,
             )
@@ -144,6 +159,11 @@ class Daemon:
             thread.supervise(max_restarts, self._on_thread_failed)
         self._max_restarts = max_restarts
         self.metrics_server: MetricsServer | None = None
+        self.control_server: ControlServer | None = None
+        # Guards _paused (the daemon's own pause) and _requeues, the latest requeue of each id requeued in this run.
+        self._control_lock = threading.Lock()
+        self._paused = False
+        self._requeues: dict[str, int] = {}
         self._started_at: float | None = None
         self._summary: Summary | None = None
         self._shutdown_lock = threading.Lock()
@@ -157,7 +177,7 @@ class Daemon:
         for kid, send in earlier_sends.items():
             key = keys.get(kid)
             request = Request(send.id, self._clock(), send.params, resumed=True, method=send.method, path=send.path,
-                              weight=send.weight)
+                              weight=send.weight, requeue=send.requeue)
             request.key, request.nonce = key.name if key is not None else f"key id {kid}", send.nonce
             if key is None:
                 self.queues.reject(request, FinalOutcome.UNKNOWN, f"sent with nonce {send.nonce} on key id {kid} before"
@@ -201,6 +221,8 @@ class Daemon:
             for thread in self.metrics_server.threads():  # supervised, started and joined with the parts' own
                 thread.supervise(self._max_restarts, self._on_thread_failed)
                 self.part_threads.append(thread)
+        if self.config.control_port is not None:
+            self._serve_control()
         for key in self.keys:
             if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
@@ -223,6 +245,76 @@ class Daemon:
             endpoint_of(self.config.url, self.config.profile.request.path), self.config.profile.name,
             self.config.delivery,
         )
+
+    def _serve_control(self) -> None:
+        """Bind the control API's port (ConfigError if it cannot be) with its token, read from its file or made
+        there, and add its thread to the parts' own."""
+        config = self.config
+        token_file = config.control_token_file or os.path.join(config.state_dir, "control-token")
+        token, made = control_token(token_file)
+        on_disk = config.results if config.results not in (None, "-") and not is_store_url(config.results) else None
+        source = config.source if config.source not in ("generate", "-") and not is_store_url(config.source) else None
+        feed = ConsoleFeed(self._clock)
+        self.events.subscribe(feed)
+        panel = DaemonPanel(self, feed, DeadLetters(on_disk, source) if on_disk else None)
+        try:
+            self.control_server = ControlServer(Router(panel, token), config.control_port or 0, config.control_host,
+                                                token_file=config.control_token_file)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve the control API on {config.control_host}:{config.control_port}: "
+                              f"{exc.strerror}") from exc
+        log.info("control API and console on http://%s:%d/ (commands need the token in %s%s)",
+                 config.control_host, self.control_server.port, token_file, ", made now" if made else "")
+        for thread in self.control_server.threads():
+            thread.supervise(self._max_restarts, self._on_thread_failed)
+            self.part_threads.append(thread)
+
+    @property
+    def paused(self) -> bool:
+        """Paused by ``pause()``: no key takes work."""
+        with self._control_lock:
+            return self._paused
+
+    def pause(self) -> None:
+        """Take no work until ``resume()``: every key finishes what it has in flight and takes nothing more (the
+        queues keep the rest, the producer fills them). A key the operator paused stays so after ``resume()``."""
+        with self._control_lock:
+            self._paused = True
+        for key in self.keys:
+            key.limiter.pause(PausedBy.DAEMON)
+        log.warning("paused from the control API: no key takes work until resumed")
+
+    def resume(self) -> None:
+        with self._control_lock:
+            self._paused = False
+        for key in self.keys:
+            key.limiter.resume(PausedBy.DAEMON)
+        log.warning("resumed from the control API")
+
+    def drain(self) -> None:
+        """The graceful stop of SIGTERM, asked from the control API."""
+        self.request_stop(DRAINED)
+
+    def requeue(self, works: Sequence[Work], dead: Mapping[str, dict]) -> list[str]:
+        """Send the dead letters ``works`` again, each a new attempt of its id through the queues, as the source's
+        requests go (a full main queue blocks); ``dead``: their dead records, whose ``requeue`` this one follows.
+        Its final record then says ``requeued`` and supersedes the dead one. An id requeued in this run whose
+        requeue has no final record yet is passed over: one attempt of an id at a time. Returns the ids queued."""
+        queued = []
+        for item in works:
+            requeue = int(dead[item.id].get("requeue") or 0) + 1
+            with self._control_lock:
+                if self._requeues.get(item.id, 0) >= requeue:
+                    continue
+                self._requeues[item.id] = requeue
+            request = Request(item.id, self._clock(), item.params, where=f"requeue {requeue}", method=item.method,
+                              path=item.path, weight=item.weight, requeue=requeue)
+            if not self.queues.submit(request):
+                break
+            queued.append(item.id)
+        if queued:
+            log.info("%s requeued from the control API", _count(len(queued), "dead letter"))
+        return queued
 
     def request_stop(self, reason: str = "stopped") -> None:
         """Ask ``run()`` to shut down; safe from any thread. Signals reach ``stop_latch`` directly
@@ -247,9 +339,10 @@ class Daemon:
         keys = []
         for key in self.keys:
             limiter = key.limiter.state()
-            condition = KeyCondition.of(key.retired_because, limiter.held, banned)
+            condition = KeyCondition.of(key.retired_because, limiter.held, banned, owned=key.may_send(),
+                                        paused=PausedBy.OPERATOR in limiter.paused_by)
             keys.append(KeyStatus(key.name, limiter.window, limiter.order_latency, condition, key.strikes,
-                                  limiter.remaining))
+                                  limiter.remaining, id=key.id, held_for=limiter.held_for))
         return DaemonStatus(
             counts=self.queues.counts(),
             metrics=self.metrics.snapshot(),
@@ -344,8 +437,9 @@ class Daemon:
                             drain_outcome.reason(drain_detail))
             self._stop_reports.set()
             self._join(self.reporters, timeout)
-            if self.metrics_server is not None:
-                self.metrics_server.close()
+            for server in (self.metrics_server, self.control_server):
+                if server is not None:
+                    server.close()
             self.graveyard.close()
             for output in (self.results, self.journal):
                 if output is not None:

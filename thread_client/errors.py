@@ -37,6 +37,15 @@ class LimiterClosed(ThreadClientError):
         self.key = key
 
 
+class KeyPaused(ThreadClientError):
+    """Raised when a fresh send is asked of a paused key (an operator's pause, or the daemon's): nothing was
+    taken; the request goes back to the queue for another key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key} is paused")
+        self.key = key
+
+
 class SendOvertaken(ThreadClientError):
     """Raised when a send is to be repeated with its own nonce, but a later send on the key has left
     since: the repeat could only be refused, and its refusal would prove nothing."""
@@ -65,13 +74,8 @@ class ConnectFailed(TransportError):
 
 
 class RequestNotBuilt(TransportError):
-    """Raised when the request could not be built as the profile says: nothing was sent. ``refused``: it
-    never can be (a parameter of the user's takes a name the profile sends itself); else the signing hook
-    failed, which a later attempt may get past."""
-
-    def __init__(self, detail: str, refused: bool = False) -> None:
-        super().__init__(detail)
-        self.refused = refused
+    """Raised when the request could not be built as the profile says (the signing hook failed, which a later
+    attempt may get past): nothing was sent."""
 
 
 class SendFenced(TransportError):

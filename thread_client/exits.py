@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
-    "ALL_KEYS_RETIRED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "OUTPUT_FAILED", "INPUT_DONE", "NEVER_REACHED", "STORE_NOT_REACHED",
+    "ALL_KEYS_RETIRED", "DRAINED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "OUTPUT_FAILED", "INPUT_DONE", "NEVER_REACHED", "STORE_NOT_REACHED",
     "THREAD_FAILED", "exit_code_for",
 ]
 
@@ -15,6 +15,8 @@ STORE_NOT_REACHED = "the store did not answer at start"
 THREAD_FAILED = "a thread kept dying"
 OUTPUT_FAILED = "an output file is not writable"
 INPUT_DONE = "input done: every request has its final outcome"
+#: The control API's drain: the graceful stop of SIGTERM, a clean one.
+DRAINED = "drained from the control API"
 
 #: 0 is a clean stop; a broken accounting identity is 1 too, decided by the summary itself.
 EXIT_CODES = {THREAD_FAILED: 1, OUTPUT_FAILED: 1, ENDPOINT_NOT_FOUND: 2, ALL_KEYS_RETIRED: 3, NEVER_REACHED: 4,

@@ -5,8 +5,9 @@ another deployment passes its own (a scripted transport, an in-memory sink)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from .request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
 from .selectable_event import SelectableEvent
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from .limits.keys import ApiKey
     from .threads import ManagedThread
 
-__all__ = ["Answer", "Journal", "KeyPool", "OwnsThreads", "RequestSource", "ResultSink", "Transport", "owned_threads"]
+__all__ = ["NO_HEADERS", "Answer", "Journal", "KeyPool", "OwnsThreads", "RequestSource", "ResultSink", "Transport", "owned_threads"]
 
 
 class RequestSource(Protocol):
@@ -74,6 +75,10 @@ class Journal(Protocol):
     def close(self) -> None: ...
 
 
+#: An answer's headers when the profile's rules read none: the transport looks none up.
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What the API answered one attempt."""
@@ -82,6 +87,8 @@ class Answer:
     body: bytes
     retry_after: float | None  # seconds, from a Retry-After header on a failure answer
     replaced_stale: bool = False  # the kept connection had been (or was about to be) closed and was replaced first
+    # By lowercase name: those the profile's answer rules read, no others.
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
 
 class Transport(Protocol):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 __all__ = [
-    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "RESERVED_PARAMS", "FinalOutcome", "InvalidInput", "Number", "Params", "Request",
+    "MAX_ID_LENGTH", "MAX_LINE_BYTES", "FinalOutcome", "InvalidInput", "Number", "Params", "Request",
     "UnknownFate", "Work", "endpoint_fields", "json_text", "parse_line", "read_json",
 ]
 
@@ -30,6 +30,7 @@ class FinalOutcome(enum.Enum):
     KEY_BLOCKED = "key_blocked"  # work left when every key was retired that no next run can take up (resumability.py)
     SHUTDOWN = "shutdown"  # work still queued at a stop that no next run can take up: generated, a pipe, --results -
     UNKNOWN = "unknown"  # may have been accepted, and exactly-once could not settle it
+    DUPLICATE = "duplicate"  # the exchange already has an order of its client id: the first copy exists
 
     def reason(self, detail: str = "") -> str:
         """The outcome in words, with the detail after a colon: ``retries exhausted: timeout``."""
@@ -73,8 +74,6 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is no JSON number")
 
 
-#: Names the contract uses itself: a request's own parameters may not take them.
-RESERVED_PARAMS = frozenset({"api_key", "nonce", "req_id"})
 MAX_ID_LENGTH = 256
 #: The longest line a source reads as a request; a longer one is ``invalid_input``, read past in
 #: bounded memory (a line is one request, not a file).
@@ -146,6 +145,7 @@ class Request:
     method: str = ""
     path: str = ""
     weight: int = 1
+    requeue: int = 0  # the n-th time an operator sent this id again after its dead record (0: never)
     deadline: float = math.inf  # set by renew() when a worker takes the request
     created_wall: float = field(default_factory=time.time)
     failures: int = 0
@@ -230,9 +230,6 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     params = value.get("params", {})
     if not isinstance(params, dict):
         return InvalidInput(where, request_id, "\"params\" is not an object")
-    reserved = RESERVED_PARAMS & set(params)
-    if reserved:
-        return InvalidInput(where, request_id, f"reserved parameter name(s) {', '.join(sorted(reserved))}")
     for name, param in params.items():
         try:
             encodable = _encodable(name) and _all_encodable(param)

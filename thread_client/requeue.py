@@ -21,10 +21,15 @@ from .request import FinalOutcome, Work, json_text, parse_line, read_json
 
 __all__ = ["REQUEUABLE", "dead_letters", "original_requests", "requeue_main"]
 
-#: The outcomes a dead letter may be sent again for: not ``accepted`` (no dead letter) nor ``invalid_input`` (a
-#: line that is no request: it is fixed in the input, not sent again).
-REQUEUABLE = tuple(outcome for outcome in FinalOutcome
-                   if outcome not in (FinalOutcome.ACCEPTED, FinalOutcome.INVALID_INPUT))
+#: The outcomes a dead letter may be sent again for: not ``accepted`` (no dead letter), ``invalid_input`` (a
+#: line that is no request: it is fixed in the input, not sent again) nor ``duplicate`` (the exchange has its order:
+#: sent again it could only be refused, or placed twice).
+_NOT_REQUEUABLE = {
+    FinalOutcome.ACCEPTED: "it is no dead letter",
+    FinalOutcome.INVALID_INPUT: "a line that is no request is fixed in the input, not sent again",
+    FinalOutcome.DUPLICATE: "the exchange has its order already: sent again it could be placed twice",
+}
+REQUEUABLE = tuple(outcome for outcome in FinalOutcome if outcome not in _NOT_REQUEUABLE)
 #: A dead record requeued into a work stream is remembered this long: the same requeue run again skips it.
 _REMEMBER_REQUEUED = 7 * 86_400.0
 
@@ -38,10 +43,8 @@ def outcomes(text: str) -> frozenset[FinalOutcome]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"no outcome {name!r} (requeue takes "
                                              f"{', '.join(o.value for o in REQUEUABLE)})") from None
-        if outcome not in REQUEUABLE:
-            why = "it is no dead letter" if outcome is FinalOutcome.ACCEPTED else \
-                "a line that is no request is fixed in the input, not sent again"
-            raise argparse.ArgumentTypeError(f"{name}: {why}")
+        if outcome in _NOT_REQUEUABLE:
+            raise argparse.ArgumentTypeError(f"{name}: {_NOT_REQUEUABLE[outcome]}")
         chosen.add(outcome)
     if not chosen:
         raise argparse.ArgumentTypeError("name at least one outcome")

@@ -2,12 +2,12 @@
 they print is what the pages show; the site builds strictly and loads nothing from the network when read.
 
 A page's ``run`` blocks run in order, in bash (``-euo pipefail``), in one folder of its own that links the
-repository's examples/ and original_server.py, with one reference server started for the page put where a
-block says ``http://127.0.0.1:9999`` (the default address, which another process may hold) and
-``.venv/bin/`` made the running interpreter's. A ```text block marked ``<!-- output -->`` is compared line
-by line with what the page's last ``run`` block before it printed, numbers and times aside. The autouse
-``private_state_dir`` fixture gives the daemon a state dir of its own. The markers and the collector:
-``tests/unit/test_docs.py``, ``tests/docs_blocks.py``.
+repository's examples/, original_server.py and tests/ (its verifiers of public APIs: tests/api_verifiers.py),
+with one reference server started for the page put where a block says ``http://127.0.0.1:9999`` (the default
+address, which another process may hold) and ``.venv/bin/`` made the running interpreter's. A ```text block
+marked ``<!-- output -->`` is compared line by line with what the page's last ``run`` block before it printed,
+numbers and times aside. The autouse ``private_state_dir`` fixture gives the daemon a state dir of its own. The
+markers and the collector: ``tests/unit/test_docs.py``, ``tests/docs_blocks.py``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _shape(line: str, url: str) -> str:
 @pytest.mark.parametrize("page", RUN_PAGES)
 def test_a_page_s_marked_shell_blocks_run_as_written_and_print_what_it_shows(page: str, start_server, tmp_path: Path):
     server = start_server()
-    for name in ("examples", "original_server.py"):
+    for name in ("examples", "original_server.py", "tests"):
         (tmp_path / name).symlink_to(ROOT / name)
     printed = None
     for block in [block for block in blocks() if block.page == page]:

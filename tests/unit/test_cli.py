@@ -331,3 +331,18 @@ def test_a_full_disk_at_start_is_an_output_failure_not_a_bad_setting(tmp_path, m
     code = cli.main(["--url", "http://127.0.0.1:9", "--state-dir", str(tmp_path / "state"), "--duration", "1"])
     assert code == 1
     assert "No space left on device" in capsys.readouterr().err
+
+
+def test_params_in_that_would_move_a_profile_s_own_fields_out_of_its_body_is_refused(tmp_path, capsys):
+    profile = tmp_path / "body.toml"
+    profile.write_text('[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\n')
+    for other in ("query", "json"):
+        with pytest.raises(SystemExit) as exited:
+            build_config(["--profile", str(profile), "--params-in", other])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and len(err.strip().splitlines()) == 1
+        assert f"--params-in {other} contradicts profile body" in err and 'fields_in = "body"' in err
+    # The profile's own choice, as `config show` writes it back, is no contradiction; nor is any choice where
+    # the profile's fields go in the query string.
+    assert build_config(["--profile", str(profile), "--params-in", "form"]).profile.request.params_in == "form"
+    assert build_config(["--params-in", "json"]).profile.request.params_in == "json"

@@ -101,7 +101,8 @@ def test_a_copy_is_the_same_text_as_its_original():
 def test_the_collector_finds_the_examples():
     assert len(TOML) >= 10 and len(JSONL) >= 2
     assert {block.included.name for block in TOML if block.included} >= {
-        "reference.toml", "signed-post-json.toml", "binance-spot-like.toml", "kraken-like.toml"}
+        "reference.toml", "signed-post-json.toml", "binance-spot-like.toml", "kraken-like.toml", "okx-like.toml",
+        "bybit-like.toml", "coinbase-advanced-like.toml", "github-like.toml"}
 
 
 @pytest.mark.parametrize("block", TOML, ids=str)
@@ -124,7 +125,8 @@ def test_every_input_line_block_reads_as_the_docs_say(block: Block):
     reference = load_profile()
     # A refused line is refused as the daemon reads it under the reference profile (a nested value: its params
     # go in the query string); the others are requests under some profile (their endpoints, a JSON body).
-    admit = Endpoints(reference.request, reference.limits).admit if expected is InvalidInput else None
+    admit = (Endpoints(reference.request, reference.limits, reference.own_params).admit if expected is InvalidInput
+             else None)
     for number, line in enumerate(block.text.strip().splitlines(), 1):
         item = parse_line(line, f"line {number}", admit=admit)
         assert isinstance(item, expected), (line, item)

@@ -19,7 +19,8 @@ EXAMPLES = sorted((ROOT / "examples" / "profiles").glob("*.toml"))
 
 def test_the_examples_are_there_and_the_built_ins_are_examples_too():
     assert {path.stem for path in EXAMPLES} >= {"reference", "signed-post-json", "binance-spot-like", "kraken-like",
-                                                "leaky-bucket-gateway", "decaying-counter", "fixed-window-weights"}
+                                                "leaky-bucket-gateway", "decaying-counter", "fixed-window-weights",
+                                                "okx-like", "bybit-like", "coinbase-advanced-like", "github-like"}
     assert set(builtin_names()) == {"reference", "signed-post-json"}
     for name in builtin_names():
         assert load_profile(name) == load_profile(str(ROOT / "examples" / "profiles" / f"{name}.toml"))
@@ -111,7 +112,10 @@ def test_every_error_is_reported_at_once():
 
 
 def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
-    assert read_profile("", "empty.toml", "empty") == dataclasses.replace(load_profile(), name="empty", description="")
+    """All but the one thing the reference profile knows of its own server: that it writes each Date fresh."""
+    reference = load_profile()
+    assert read_profile("", "empty.toml", "empty") == dataclasses.replace(
+        reference, name="empty", description="", nonce=dataclasses.replace(reference.nonce, date_lag_ms=1000))
 
 
 @pytest.mark.parametrize("text", [
@@ -120,6 +124,10 @@ def test_what_a_profile_leaves_out_is_the_reference_s_rules_and_all():
     '[request]\nheaders = { "X.Dot" = "y", "Accept" = "é/x" }\n',
     '[request]\nmethod = "POST"\nparams_in = "form"\nfields_in = "body"\nkey_header = "K"\n',
     '[[answers.rule]]\nstatus = [200, 299]\nfield = "ok"\nequals = 1.5\noutcome = "accepted"\n',
+    # The key in no param or header of its own: a header that carries the credential names the key (a login as
+    # the User-Agent), the secret (a bearer token) or the signature (a JWT that names the key inside).
+    '[request]\nkey_param = ""\nheaders = { "User-Agent" = "{key}", Authorization = "Bearer {secret}" }\n',
+    '[request]\nkey_param = ""\nheaders = { Authorization = "Bearer {signature}" }\n[sign]\nparam = ""\n',
     '[request]\nendpoints = ["POST /api/order"]\n[[limit]]\nalgorithm = "rolling-window"\nlimit = 8\nperiod_ms = 1000\n'
     'cost = { "GET /api/request" = 1, "POST /api/order" = 4 }\n',
 ])
@@ -206,3 +214,53 @@ def test_the_weights_example_costs_each_endpoint_of_each_limit_as_its_docs_say()
     costs = {endpoint: (weight.cost_of(endpoint, 1), orders.cost_of(endpoint, 1))
              for endpoint in ("GET /api/request", "POST /api/order", "GET /api/depth")}
     assert costs == {"GET /api/request": (1, 0), "POST /api/order": (1, 1), "GET /api/depth": (5, 0)}
+
+
+# The new examples against their APIs' documented answers (bodies and headers as the docs show them; the id sent
+# is "o1"): (example, status, body, headers, the outcome it must come to).
+DOCUMENTED_ANSWERS = [
+    ("okx-like", 200, {"code": "0", "msg": "", "data": [{"clOrdId": "o1", "ordId": "9", "sCode": "0", "sMsg": ""}]},
+     {}, "accepted"),
+    ("okx-like", 200, {"code": "0", "msg": "", "data": [{"clOrdId": "o2", "ordId": "9", "sCode": "0", "sMsg": ""}]},
+     {}, "ambiguous"),  # another order's answer: never this one's acceptance, nor its refusal
+    ("okx-like", 200, {"code": "1", "msg": "Operation failed.", "data": [
+        {"clOrdId": "o1", "ordId": "", "sCode": "51008", "sMsg": "Order failed. Insufficient balance"}]}, {},
+     "rejected"),
+    ("okx-like", 200, {"code": "1", "msg": "Operation failed.", "data": [
+        {"clOrdId": "o1", "ordId": "", "sCode": "51016", "sMsg": "Duplicated clOrdId"}]}, {}, "duplicate"),
+    ("okx-like", 400, {"code": "50004", "msg": "API endpoint request timeout"}, {}, "ambiguous"),
+    ("okx-like", 401, {"code": "50102", "msg": "Timestamp request expired"}, {}, "invalid_nonce"),
+    ("okx-like", 401, {"code": "50113", "msg": "Invalid Sign"}, {}, "invalid_key"),
+    ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {"orderId": "9", "orderLinkId": "o1"}}, {},
+     "accepted"),
+    ("bybit-like", 200, {"retCode": 10002, "retMsg": "invalid request, please check your server timestamp or "
+                                                     "recv_window param", "result": {}}, {}, "invalid_nonce"),
+    ("bybit-like", 200, {"retCode": 10004, "retMsg": "error sign!", "result": {}}, {}, "invalid_key"),
+    ("bybit-like", 200, {"retCode": 110007, "retMsg": "ab not enough for new order", "result": {}}, {}, "rejected"),
+    ("bybit-like", 200, {"retCode": 110072, "retMsg": "OrderLinkedID is duplicate", "result": {}}, {}, "duplicate"),
+    ("bybit-like", 200, {"retCode": 10000, "retMsg": "Server Timeout", "result": {}}, {}, "ambiguous"),
+    ("coinbase-advanced-like", 200, {"success": True, "success_response": {"order_id": "9", "client_order_id": "o1"}},
+     {}, "accepted"),
+    ("coinbase-advanced-like", 200, {"success": False, "error_response": {
+        "error": "INSUFFICIENT_FUND", "message": "Insufficient balance in source account"}}, {}, "rejected"),
+    ("coinbase-advanced-like", 401, "Unauthorized", {}, "invalid_key"),
+    ("github-like", 200, {"login": "octocat", "bio": "x"}, {}, "accepted"),
+    ("github-like", 403, {"message": "API rate limit exceeded for user ID 1."},
+     {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1764051060"}, "rate_limited"),
+    ("github-like", 429, {"message": "You have exceeded a secondary rate limit. Please wait a few minutes."},
+     {"retry-after": "60"}, "rate_limited"),
+    ("github-like", 403, {"message": "Resource not accessible by personal access token"},
+     {"x-ratelimit-remaining": "4999"}, "forbidden"),
+    ("github-like", 401, {"message": "Bad credentials"}, {}, "invalid_key"),
+]
+
+
+@pytest.mark.parametrize("example, status, body, headers, outcome", DOCUMENTED_ANSWERS,
+                         ids=[f"{row[0]}-{row[1]}-{row[4]}" for row in DOCUMENTED_ANSWERS])
+def test_each_new_example_reads_its_api_s_documented_answers(example, status, body, headers, outcome):
+    table = AnswerTable(load_profile(str(ROOT / "examples" / "profiles" / f"{example}.toml")), wall=lambda: 1764051000)
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    reading = table.classify(status, data, "o1", headers)
+    assert reading.outcome.value == outcome, reading
+    if "x-ratelimit-reset" in headers:  # the primary limit: wait until its reset, an epoch second
+        assert reading.retry_after == 60

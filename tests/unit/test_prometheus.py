@@ -103,10 +103,18 @@ def test_every_name_is_prefixed_counters_end_in_total_and_times_are_in_seconds()
             "thread_client_retried", "thread_client_queue_size", "thread_client_in_flight"}.isdisjoint(served)
 
 
+def test_a_key_the_operator_paused_is_served_in_the_paused_state():
+    counts = QueueManager(Graveyard(None), queue_size=5, ttl=60.0).counts()
+    paused = KeyStatus("UT4N...JYA6", 1.0, 0.05, KeyCondition.PAUSED, 0, ())
+    state = samples(families(DaemonStatus(counts, Metrics().snapshot(), (paused,), {}, OutageGate().state()))[
+        "thread_client_key_state"])
+    assert [labels for labels, value in state.items() if value == 1] == [("UT4N...JYA6", "paused")]
+
+
 def test_key_states_strikes_budgets_bans_and_leases_are_served():
     served = families(running_status())
     state = samples(served["thread_client_key_state"])
-    assert {labels[1] for labels in state} == {"sending", "held", "parked", "blocked", "banned"}
+    assert {labels[1] for labels in state} == {"sending", "paused", "held", "parked", "blocked", "banned", "not owned"}
     assert [labels for labels, value in state.items() if value == 1] == [("UT4N...JYA6", "held"),
                                                                           ("A7QK...MZ22", "parked")]
     assert samples(served["thread_client_strikes"]) == {("UT4N...JYA6",): 1, ("A7QK...MZ22",): 3}

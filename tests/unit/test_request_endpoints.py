@@ -56,7 +56,7 @@ ORDER = LimitRule("request weight", "rolling-window", limit=20, period_ms=50,
 
 
 def admit(work: Work) -> Work | InvalidInput:
-    return Endpoints(PROFILE.request, PROFILE.limits).admit(work)
+    return Endpoints(PROFILE.request, PROFILE.limits, PROFILE.own_params).admit(work)
 
 
 def test_a_request_of_the_profile_s_own_endpoint_at_weight_1_passes_as_it_is():

@@ -34,8 +34,9 @@ NESTED = (b'{"id": "cb-1", "params": {"reduceOnly": true, "stop": null, "qty": 0
 
 def read(line: bytes, params_in: str = "query") -> Work | InvalidInput:
     """``line`` as the daemon reads it under the reference profile with its params in ``params_in``."""
-    request = dataclasses.replace(load_profile().request, params_in=params_in)
-    return parse_line(line, "line 4", admit=Endpoints(request, load_profile().limits).admit)
+    reference = load_profile()
+    request = dataclasses.replace(reference.request, params_in=params_in)
+    return parse_line(line, "line 4", admit=Endpoints(request, reference.limits, reference.own_params).admit)
 
 
 def writer(params_in: str = "query", **request_fields) -> RequestWriter:
@@ -104,7 +105,7 @@ def test_the_journal_and_the_work_stream_keep_every_value_as_written(tmp_path):
 def test_patch_is_a_method_of_a_profile_and_of_an_input_line():
     profile = read_profile('[request]\nmethod = "PATCH"\npath = "/repos/o/r/issues/1"\nparams_in = "json"\n'
                            'endpoints = ["PATCH /repos/o/r/issues/2"]\n', "github.toml")
-    admit = Endpoints(profile.request, profile.limits).admit
+    admit = Endpoints(profile.request, profile.limits, profile.own_params).admit
     work = parse_line(b'{"id": "i2", "method": "PATCH", "path": "/repos/o/r/issues/2", "params": {"state": "closed"}}',
                       "line 1", admit=admit)
     method, target, body, _ = RequestWriter("", "KEY", profile.request).write(1, "i2", work.params, work.method,
@@ -141,7 +142,7 @@ def test_header_templates_carry_the_key_its_secret_the_timestamp_and_the_signatu
 @pytest.mark.parametrize("headers, error", [
     ('{ X = "{timestamp}" }', "header 'X' names {timestamp}, which this profile never sends ([nonce] style is not"),
     ('{ X = "{signature}" }', "header 'X' names {signature}, which this profile never sends (it has no [sign]"),
-    ('{ X = "{passphrase}" }', "header 'X' names an unknown field {passphrase}"),
+    ('{ X = "{token}" }', "header 'X' names an unknown field {token}"),  # a named extra is {extra.token}
     ('{ X = "{secret" }', "header 'X' is not a template"),
     ('{ X = "{secret!r}" }', "header 'X' fields take no format spec or conversion"),
 ])

@@ -42,6 +42,7 @@ from thread_client.limits.nonces import NonceGenerator, Reserve
 from thread_client.observe.metrics import Metrics
 from thread_client.parts import Answer, Journal
 from thread_client.policy.answers import AnswerTable
+from thread_client.policy.order_status import StatusTable
 from thread_client.policy.retry import RetryPolicy
 from thread_client.profile import read_profile
 from thread_client.request import Request
@@ -58,7 +59,8 @@ class Rig:
     Exactly-once builds the limiter as the command line does (an infinite order latency: one send in
     flight per key); at-least-once with no order latency, so a test can let another send leave at once.
     ``earlier_send``: (request, nonce) an earlier run sent last on the key, unanswered (adopted as the
-    daemon does, and settled first by the worker's thread).
+    daemon does, and settled first by the worker's thread). ``answers`` and ``status``: a profile's answer
+    and order-status tables (the reference's answers, no status endpoint, by default).
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class Rig:
         metrics: Metrics | None = None, remember_strikes: Callable[[int], int] = lambda total: total,
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
         late_answers: LateAnswers | None = None, reserve: Reserve | None = None, connects: Iterable[Connect] = (),
-        nonce_refused_again: bool = True,
+        nonce_refused_again: bool = True, answers: AnswerTable | None = None, status: StatusTable | None = None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
@@ -86,7 +88,7 @@ class Rig:
             self.key, self.queues, self.transport, policy, OutageGate(), self.stop, listener=self.metrics,
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
             on_stop=lambda reason, message: self.stopped.append(reason),
-            late_answers=late_answers, nonce_refused_again=nonce_refused_again,
+            late_answers=late_answers, nonce_refused_again=nonce_refused_again, answers=answers, status=status,
             earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
@@ -784,20 +786,17 @@ def test_a_late_429_to_a_send_that_timed_out_counts_as_a_strike():
     server_end.close()
 
 
-def test_a_request_that_could_not_be_built_is_refused_with_nothing_sent_and_its_slot_free():
-    # A signing hook that fails, or a parameter taking a name the profile sends itself: nothing left, so
-    # the request is no ambiguous attempt (and never retried into the same failure).
-    rig = Rig(RequestNotBuilt("parameter(s) nonce are names the profile sends itself", refused=True),
-              RequestNotBuilt("signing failed (RuntimeError)"), ok("r2"))
-    request = rig.submit()
-    rig.handle_next()
-    assert rig.queues.counts().graveyard == 1 and request.ambiguous == 0 and request.attempts == 0
+def test_a_request_that_could_not_be_built_is_retried_with_nothing_sent_and_its_slot_free():
+    # A signing hook that fails: nothing left, so the request is no ambiguous attempt; retried (it may get past
+    # it), not buried as the server's refusal. (A param named as the profile's own never gets here: it is
+    # invalid_input as its line is read.)
+    rig = Rig(RequestNotBuilt("signing failed (RuntimeError)"), ok("r2"))
     second = rig.submit("r2")
-    rig.handle_next()  # a hook that failed: retried (it may get past it), not buried as the server's refusal
+    rig.handle_next()
     rig.handle_next()
     rig.assert_clean()
-    assert second.ambiguous == 0 and rig.queues.counts().accepted == 1
-    assert rig.metrics.snapshot().outcomes == {"rejected": 1, "internal_error": 1, "accepted": 1}
+    assert second.ambiguous == 0 and second.attempts == 1 and rig.queues.counts().accepted == 1
+    assert rig.metrics.snapshot().outcomes == {"internal_error": 1, "accepted": 1}
 
 
 def test_a_ban_answer_holds_the_key_before_its_slot_frees():
@@ -898,4 +897,118 @@ def test_a_connection_refused_before_the_permit_draws_no_nonce_and_is_retried_fo
     assert request.failures == 0 and request.unsent == 1  # unreachable: nothing was sent
     rig.handle_next()
     assert rig.transport.nonces == [FIRST] and rig.queues.counts().accepted == 1
+    rig.assert_clean()
+
+
+# -- answers that say the exchange does not know, or has the order already ------------------------------------
+
+# The reference contract's answers, and three an exchange adds: 504 "execution status unknown", 409 "this client id
+# was seen", and a 503 that names its retry time in the body or a header.
+ORDERS = AnswerTable(read_profile("""
+[[answers.rule]]
+status = 200
+field = "status"
+equals = "OK"
+echo_id = "req_id"
+outcome = "accepted"
+[[answers.rule]]
+status = 400
+field = "error_msg"
+equals = "invalid nonce"
+outcome = "invalid_nonce"
+[[answers.rule]]
+status = 504
+field = "error_msg"
+one_of = ["execution status unknown"]
+outcome = "ambiguous"
+[[answers.rule]]
+status = 409
+field = "error_msg"
+equals = "duplicate client id"
+outcome = "duplicate"
+[[answers.rule]]
+status = 503
+header = "X-Busy-For"
+retry_after_header = "X-Busy-For"
+retry_after_unit = "ms"
+outcome = "unavailable"
+[[answers.rule]]
+status = 503
+retry_after_field = "error_msg"
+retry_after_match = 'again in (\\d+) ms'
+retry_after_unit = "ms"
+outcome = "unavailable"
+""", "orders.toml"))
+
+
+def execution_unknown() -> Answer:
+    return answer(504, {"status": "error", "error_msg": "execution status unknown"})
+
+
+def duplicate_id() -> Answer:
+    return answer(409, {"status": "error", "error_msg": "duplicate client id"})
+
+
+def test_at_least_once_an_answer_that_says_execution_is_unknown_is_an_ambiguous_attempt_retried():
+    rig = Rig(execution_unknown(), ok("r1"), answers=ORDERS)
+    request = rig.submit("r1")
+    rig.handle_next()
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST + 1] and rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 1)
+    assert rig.metrics.snapshot().outcomes == {"ambiguous": 1, "accepted": 1}
+    rig.assert_clean()
+
+
+def test_exactly_once_an_answer_that_says_execution_is_unknown_is_settled_with_its_own_nonce():
+    rig = Rig(execution_unknown(), invalid_nonce(), delivery=EXACTLY_ONCE, answers=ORDERS)
+    request = rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST] and rig.queues.counts().accepted == 1
+    assert (request.ambiguous, request.failures) == (1, 0)
+    rig.assert_clean()
+
+
+def test_at_least_once_a_duplicate_is_recorded_as_one_never_as_rejected_nor_sent_again():
+    rig = Rig(execution_unknown(), duplicate_id(), answers=ORDERS)
+    rig.submit("r1")
+    rig.handle_next()
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST + 1]
+    assert rig.queues.graveyard.by_outcome() == {"duplicate": 1} and rig.queues.counts().accepted == 0
+    rig.assert_clean()
+
+
+@pytest.mark.parametrize("steps", [(duplicate_id(),), (AnswerTimedOut("timed out"), duplicate_id())],
+                         ids=["first send", "settling a timeout"])
+def test_exactly_once_a_duplicate_is_the_first_copy_accepted(steps):
+    """Exactly-once sends one copy at a time, journaled: an exchange that has this request's client id has the copy
+    an earlier send (of this run, or before a restart) placed."""
+    rig = Rig(*steps, delivery=EXACTLY_ONCE, answers=ORDERS)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.queues.counts().accepted == 1 and rig.queues.graveyard.by_outcome() == {}
+    rig.assert_clean()
+
+
+@pytest.mark.parametrize("busy", [
+    Answer(503, b"{}", None, headers={"x-busy-for": "1"}),
+    answer(503, {"status": "error", "error_msg": "busy: try again in 1 ms"}),
+], ids=["header", "body"])
+def test_a_retry_time_read_from_the_answer_pauses_the_key_and_hands_the_request_back_for_free(busy):
+    rig = Rig(busy, ok("r1"), answers=ORDERS)
+    request = rig.submit("r1")
+    rig.handle_next()
+    assert request.failures == 0 and rig.queues.counts().dlq == 1  # handed back: the server named its pause
+    rig.handle_next()
+    assert rig.queues.counts().accepted == 1
+    rig.assert_clean()
+
+
+def test_a_retry_time_the_answer_does_not_hold_leaves_an_ordinary_retry():
+    rig = Rig(answer(503, {"status": "error", "error_msg": "busy"}), ok("r1"), answers=ORDERS)
+    request = rig.submit("r1")
+    rig.handle_next()
+    rig.handle_next()
+    assert request.failures == 1 and rig.queues.counts().accepted == 1
     rig.assert_clean()

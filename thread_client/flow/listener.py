@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..policy.answers import Outcome
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "Listeners"]
 
 
 class Listener:
@@ -19,6 +19,10 @@ class Listener:
     def accepted(self, end_to_end: float) -> None:
         """A request was accepted ``end_to_end`` seconds after it was created."""
 
+    def failed(self, key: str, request_id: str, outcome: Outcome, detail: str) -> None:
+        """An attempt of ``request_id`` on ``key`` (masked) came to ``outcome`` other than accepted, for the
+        reason ``detail`` (the server's words, or ours); announced after ``attempted``."""
+
     def retried(self) -> None:
         """A failed attempt spent one of its request's retries."""
 
@@ -32,3 +36,46 @@ class Listener:
     def late_answer(self, waited: float | None) -> None:
         """A send that timed out gave its slot back: the server showed it read the request ``waited``
         seconds after the timeout (a late answer, or a close), or None: it showed nothing within the cap."""
+
+
+class Listeners(Listener):
+    """Every hook called on each subscriber in turn, in the order they subscribed: the metrics, a console's feed.
+    ``subscribe`` may be called while the workers run; the hooks read the subscribers without a lock (a tuple
+    replaced whole), so a send costs one loop over them and nothing more."""
+
+    def __init__(self, *subscribers: Listener) -> None:
+        self._subscribers = subscribers
+
+    def __repr__(self) -> str:
+        return f"<Listeners {list(self._subscribers)!r}>"
+
+    def subscribe(self, listener: Listener) -> None:
+        self._subscribers = (*self._subscribers, listener)
+
+    def attempted(self, key: str, outcome: Outcome, round_trip: float | None = None) -> None:
+        for listener in self._subscribers:
+            listener.attempted(key, outcome, round_trip)
+
+    def accepted(self, end_to_end: float) -> None:
+        for listener in self._subscribers:
+            listener.accepted(end_to_end)
+
+    def failed(self, key: str, request_id: str, outcome: Outcome, detail: str) -> None:
+        for listener in self._subscribers:
+            listener.failed(key, request_id, outcome, detail)
+
+    def retried(self) -> None:
+        for listener in self._subscribers:
+            listener.retried()
+
+    def stale_connection(self) -> None:
+        for listener in self._subscribers:
+            listener.stale_connection()
+
+    def unmatched_answer(self, status: int) -> None:
+        for listener in self._subscribers:
+            listener.unmatched_answer(status)
+
+    def late_answer(self, waited: float | None) -> None:
+        for listener in self._subscribers:
+            listener.late_answer(waited)

@@ -12,7 +12,7 @@ from .. import defaults
 from ..clock import Clock, monotonic
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import (
-    AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, LimiterClosed, LimiterTimeout, QueueClosed,
+    AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, KeyPaused, LimiterClosed, LimiterTimeout, QueueClosed,
     RequestNotBuilt, SendFenced, SendOvertaken, StateNotWritten, StaleConnection, StoreUnavailable, TransportError,
 )
 from ..exits import OUTPUT_FAILED
@@ -22,6 +22,7 @@ from ..limits.limiter import Permit
 from ..limits.rate_limit_scope import RateLimitScope
 from ..parts import Answer, Journal, Transport
 from ..policy.answers import AnswerTable, Outcome, Reading, reference_table
+from ..policy.order_status import Finding, StatusTable
 from ..policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from ..request import Request
 from ..threads import ManagedThread
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 # What a first send over a kept connection the server had closed reads as: ambiguous, and at-least-once
 # sends it once more with the same nonce.
 _STALE = Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request")
+# What a duplicate reads as under exactly-once with no status endpoint to ask (``_duplicate_accepted``).
+_EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exchange has its client id)")
 # Settling gives up (the request ends unknown) after this many sends in a row the transport failed on
 # with an error of no known kind: a bug that repeats would otherwise hold the key for as long as it lasts.
 _BUGS_BEFORE_GIVING_UP = 3
@@ -71,6 +74,7 @@ class Worker(ManagedThread):
         journal: Journal | None = None,
         late_answers: LateAnswers | None = None,
         answers: AnswerTable | None = None,
+        status: StatusTable | None = None,
         earlier_send: tuple[Request, int] | None = None,
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
@@ -100,6 +104,12 @@ class Worker(ManagedThread):
         self._late_answers = late_answers
         # The profile's answer rules, compiled: how an answer reads.
         self._classify = (answers or reference_table()).classify
+        # The profile's order-status endpoint ([settle]): a send in doubt is settled by asking it, at its own cost.
+        self._status = status
+        # Exactly-once with no status endpoint to ask: an exchange that says it has this request's client id has
+        # the copy an earlier send placed (one copy at a time, journaled): accepted by it.
+        self._duplicate_accepted = self._settles and status is None
+        self._status_costs = key.limiter.costs_of(status.endpoint, 1) if status is not None else None
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
         self._clock = clock
@@ -183,7 +193,7 @@ class Worker(ManagedThread):
     def _next_request(self) -> Request | None:
         """Block until this key can send and a request is there; None once there will be none: the key
         is retired (its limiter closed) or the daemon stops (the queues, the outage gate and the
-        limiter each wake their waiters at once). A key that cannot send takes no work meanwhile."""
+        limiter each wake their waiters at once). A key that cannot send (held, paused) takes no work meanwhile."""
         try:
             while not self._stopping.is_set():
                 if not self.key.may_send():  # a shared key this daemon does not hold now
@@ -225,7 +235,9 @@ class Worker(ManagedThread):
                 self._note_answered(request, permit)
         elif reading is _STALE:
             self._listener.stale_connection()
-        if reading.outcome.ambiguous:
+        if self._status is not None and (reading.outcome.ambiguous or reading.outcome is Outcome.DUPLICATE):
+            reading, retry_after = self._settle_by_asking(permit, request, reading, sent_at), None
+        elif reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
         self._conclude(request, reading, retry_after, sent_at)
 
@@ -293,12 +305,17 @@ class Worker(ManagedThread):
 
     def _settle_earlier_send(self, request: Request, nonce: int) -> None:
         """Exactly-once, first thing after a restart: the earlier run's last send on this key went
-        unanswered. Settle it with its own nonce, before this key sends anything else."""
+        unanswered. Settle it with its own nonce, before this key sends anything else; or, where the profile
+        names an order-status endpoint, by asking it (the nonce proves nothing where a [settle] is needed)."""
         log.info("%s: settling request %s, sent with nonce %d before the restart", self.key.name, request.req_id, nonce)
-        request.ambiguous += 1
         request.key, request.nonce = self.key.name, nonce  # what its record names if it cannot be settled
         sent_at, self._in_doubt, self._doubt_epoch = self._clock(), Permit.of_earlier_run(nonce), self.key.epoch()
         self._costs = self._costs_of(request)  # in doubt already: if it raises, the request ends unknown
+        if self._status is not None:
+            unanswered = Reading(Outcome.CONNECTION_RESET, "sent before the restart, unanswered")
+            self._conclude(request, self._settle_by_asking(self._in_doubt, request, unanswered, sent_at), None, sent_at)
+            return
+        request.ambiguous += 1
         self._conclude(request, self._settle(self._in_doubt, request), None, sent_at)
 
     def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
@@ -322,6 +339,8 @@ class Worker(ManagedThread):
         self._listener.attempted(self.key.name, outcome, round_trip)
         if action.request is RequestStep.ACCEPT:
             self._listener.accepted(finished_at - request.created_at)
+        else:
+            self._listener.failed(self.key.name, request.req_id, outcome, reading.detail)
 
     def _recording(self, finish: Callable[..., None], request: Request, *args: object) -> None:
         """End ``request`` with ``finish`` (accept or bury). If its durable record cannot be written,
@@ -407,6 +426,104 @@ class Worker(ManagedThread):
                 return Reading(Outcome.UNKNOWN, f"{reading.detail or reading.outcome.value} before nonce "
                                                 f"{first.nonce} on {self.key.name} was settled")
 
+    def _settle_by_asking(self, sent: Permit, request: Request, reading: Reading, sent_at: float) -> Reading:
+        """The send of ``sent`` may have placed the order (``reading`` is ambiguous) or the exchange says its
+        client id was seen (duplicate): ask the profile's order-status endpoint, never send the order blindly
+        again. Found: accepted (the first copy exists). Not found: ``reading`` as it came, which the policy
+        retries under the same client id (a duplicate that is not found is asked again: the exchange said
+        it has it). Unknown: asked again after a backoff, within a budget of its own (``_ask_until_known``);
+        then ``unknown``, as when the key's limiter closes, its lease ends or anything raises first.
+
+        Each ask is a send of its own: a permit of the key's limiter at the status endpoint's cost, and a fresh
+        nonce, past the order gate that waited on ``sent`` (a later nonce can only make a late copy refused).
+        Unless it was not found (then its reading is concluded as it came), the send is counted as it came and
+        the request concludes with what the asks settled."""
+        self.key.limiter.give_up_order(sent)
+        client_id = self._status.client_id(request)
+        try:
+            finding, words = self._ask_until_known(client_id, duplicate=reading.outcome is Outcome.DUPLICATE)
+        except Exception:
+            log.exception("%s: settling request %s by asking for client id %s failed", self.key.name,
+                          request.req_id, client_id)
+            finding, words = Finding.UNKNOWN, f"asking for client id {client_id} failed"
+        if finding is not Finding.NOT_FOUND:
+            if reading.outcome.ambiguous:
+                request.ambiguous += 1
+            self._listener.attempted(self.key.name, reading.outcome, self._clock() - sent_at)
+        if finding is Finding.FOUND:
+            return Reading(Outcome.ACCEPTED, f"found at the exchange by client id {client_id}")
+        if finding is Finding.NOT_FOUND:
+            self._in_doubt = None  # the exchange has no such order: whatever raises now, it was not accepted
+            if self._settles:
+                self._note_answered(request, sent)
+            return Reading(reading.outcome, f"{reading.detail}; not found at the exchange by client id {client_id}"
+                                            .lstrip("; "))
+        return Reading(Outcome.UNKNOWN, f"{words} before client id {client_id} was settled")
+
+    def _ask_until_known(self, client_id: str, duplicate: bool) -> tuple[Finding, str]:
+        """The loop of ``_settle_by_asking``: ask until the status answer finds the order or finds none (for
+        a ``duplicate``, until it is found), and return the finding with its words. An answer that says
+        neither is read as any answer is, for what it says of the key (a strike holds it, a Retry-After
+        pauses it, 401 or 403 retires it), and asked again after a backoff; these asks spend a retry budget
+        of their own, charged as the policy charges a request's. ``unknown`` once it is spent."""
+        asked = spent = 0  # asks made; asks that spent the budget
+        while True:
+            if asked:
+                self.key.limiter.hold(self._policy.backoff(asked))
+            asked += 1
+            finding, reading, retry_after = self._ask_status(client_id)
+            if finding is Finding.FOUND or finding is Finding.NOT_FOUND and not duplicate:
+                return finding, reading.detail
+            if reading.outcome is Outcome.UNKNOWN:  # stopped: the limiter closed, the lease ended
+                return Finding.UNKNOWN, reading.detail
+            if finding is Finding.NOT_FOUND or reading.outcome is Outcome.ACCEPTED:  # says nothing of the key
+                reading = Reading(Outcome.BAD_ANSWER, f"the status answer said {finding.value}")
+            action = self._policy.decide(reading.outcome, spent, retry_after, detail=reading.detail,
+                                         during_outage=self._outage.active)
+            if action.request is RequestStep.RETRY and action.spend:
+                spent += 1
+            self._apply_to_key(reading, action, retry_after)
+            if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
+                return Finding.UNKNOWN, reading.detail or reading.outcome.value
+
+    def _ask_status(self, client_id: str) -> tuple[Finding, Reading, float | None]:
+        """Ask the status endpoint once about ``client_id``, with a permit of its own: the finding, the answer
+        as the answer table reads it (a send that got none: timeout, connection reset, unreachable; ``unknown``
+        if the key can send no more), and its Retry-After. Not in the key's turn, which a worker waiting for
+        work may hold: a later nonce that leaves first costs the ask a 400, and it is asked again."""
+        limiter = self.key.limiter
+        try:
+            permit = limiter.acquire(costs=self._status_costs)
+        except (LimiterClosed, KeyNotHeld):
+            return Finding.UNKNOWN, Reading(Outcome.UNKNOWN, f"{self.key.name} stopped sending"), None
+        status = self._status
+        try:
+            answer = self._transport.send(permit.nonce, "", status.params(client_id), status.method, status.path)
+        except (SendFenced, RequestNotBuilt) as exc:  # nothing left, and no ask can leave now
+            limiter.cancel(permit)
+            return Finding.UNKNOWN, Reading(Outcome.UNKNOWN, exc.detail), None
+        except ConnectFailed as exc:
+            limiter.cancel(permit)
+            self._outage.failed(exc.detail)
+            return Finding.UNKNOWN, Reading(Outcome.UNREACHABLE, exc.detail), None
+        except AnswerTimedOut as exc:
+            self._wait_for_late_answer(permit, "", exc.connection)
+            self._outage.failed("timeouts")
+            return Finding.UNKNOWN, Reading(Outcome.TIMEOUT, exc.detail), None
+        except TransportError as exc:
+            limiter.release(permit, answered_at=None)
+            self._outage.failed("connections reset")
+            return Finding.UNKNOWN, Reading(Outcome.CONNECTION_RESET, exc.detail), None
+        except BaseException:
+            limiter.release(permit, answered_at=None)
+            raise
+        self._outage.answered()
+        finding, reading = status.read(answer.status, answer.body, client_id, answer.headers)
+        limiter.release(permit, self._clock(), accepted=finding is not Finding.UNKNOWN)
+        if finding is Finding.UNKNOWN:
+            reading = self._classify(answer.status, answer.body, "", answer.headers)
+        return finding, reading, answer.retry_after
+
     def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading, float | None]:
         """At-least-once, a kept connection the server had closed under the request: send the same
         nonce once more, on a fresh connection, in a slot of its own (the first copy may have spent
@@ -477,8 +594,9 @@ class Worker(ManagedThread):
             self._listener.attempted(self.key.name, Outcome.EXPIRED)
             expired = Reading(Outcome.EXPIRED)
             self._carry_out(request, expired, self._policy.decide(Outcome.EXPIRED, request.failures))
-        except (LimiterClosed, KeyNotHeld):
-            # Key retired, shutting down, or its lease lost: another key takes it, or the shutdown drain buries it.
+        except (LimiterClosed, KeyNotHeld, KeyPaused):
+            # Key retired, paused, shutting down, or its lease lost: another key takes it, or the shutdown drain
+            # buries it.
             self._hand_back(request)
         except StateNotWritten as exc:  # the state dir is failing: the request waits for the next run, at no cost
             self._hand_back(request)
@@ -531,7 +649,7 @@ class Worker(ManagedThread):
                 raise KeyNotHeld(self.key.name) from exc
             if isinstance(exc, RequestNotBuilt):  # nothing left: the slot is free at once
                 limiter.cancel(permit)
-                return Reading(Outcome.REJECTED if exc.refused else Outcome.INTERNAL_ERROR, exc.detail), None
+                return Reading(Outcome.INTERNAL_ERROR, exc.detail), None
             request.note_attempt(self.key.name, permit.nonce, None, b"")
             if isinstance(exc, ConnectFailed):
                 limiter.cancel(permit)  # surely never arrived: the slot is free at once
@@ -562,18 +680,21 @@ class Worker(ManagedThread):
         self._transport_bugs = 0
         try:
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
-            reading = self._classify(answer.status, answer.body, request.req_id)
+            reading = self._classify(answer.status, answer.body, request.req_id, answer.headers)
+            if reading.outcome is Outcome.DUPLICATE and self._duplicate_accepted:
+                reading = _EARLIER_COPY
             accepted = self._accepted = reading.outcome is Outcome.ACCEPTED
             if reading.unmatched:
                 self._listener.unmatched_answer(answer.status)
+            retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
             if reading.outcome is Outcome.BANNED:  # every key held before this slot frees: nothing slips in
-                self._ban_pause = self._on_ban(answer.retry_after)
+                self._ban_pause = self._on_ban(retry_after)
         finally:
             limiter.release(permit, answered_at, accepted=accepted)
         self._outage.answered()
         if answer.replaced_stale:
             self._listener.stale_connection()
-        return reading, answer.retry_after
+        return reading, retry_after
 
     def _wait_for_late_answer(self, permit: Permit, req_id: str, connection: socket.socket | None) -> None:
         """A send timed out: its slot waits for the server to show, on the connection it went out on,
@@ -595,11 +716,12 @@ class Worker(ManagedThread):
         rate-limit refusal is a strike the server counted: it is counted here too, before the slot frees."""
         try:
             if answer is not None:
-                reading = self._classify(answer.status, answer.body, req_id)
+                reading = self._classify(answer.status, answer.body, req_id, answer.headers)
                 if reading.outcome is Outcome.RATE_LIMITED:
-                    action = self._policy.decide(reading.outcome, 0, answer.retry_after)
+                    retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
+                    action = self._policy.decide(reading.outcome, 0, retry_after)
                     self._strike(Reading(reading.outcome, f"{reading.detail}, a late answer to a send that timed out"),
-                                 action.key_delay, named=answer.retry_after is not None)
+                                 action.key_delay, named=retry_after is not None)
         finally:
             self.key.watch_ended(timed_out_at)
             self.key.limiter.release_late(permit, sign_seen=seen_at is not None)

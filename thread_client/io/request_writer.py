@@ -4,17 +4,15 @@ key and worker, so each send only fills in its nonce, its id and its parameters.
 from __future__ import annotations
 
 import time
+from string import Formatter
+from typing import Mapping
 from urllib.parse import quote, urlencode
 
 from ..profile import NonceShape, RequestShape, Secret, SignedParts, Signer, Signing
 from ..profile.model import USER_AGENT, template_fields
 from ..request import Params, json_text
 
-__all__ = ["ParameterTaken", "RequestWriter", "iso_ms"]
-
-
-class ParameterTaken(ValueError):
-    """Raised when a user's parameter takes a name the profile sends itself: this request can never be sent."""
+__all__ = ["RequestWriter", "iso_ms"]
 
 _FORM = "application/x-www-form-urlencoded"
 _JSON = "application/json"
@@ -35,13 +33,20 @@ class RequestWriter:
     def __init__(
         self, base_path: str, api_key: str, request: RequestShape = RequestShape(), nonce: NonceShape = NonceShape(),
         signing: Signing | None = None, signer: Signer | None = None, secret: Secret | None = None,
+        extras: Mapping[str, Secret] | None = None,
     ) -> None:
-        """Raises ValueError if the profile asks for what the key lacks (its signer, its secret), or if the key or
-        its secret cannot go in a header (the value is never shown: it may be the secret)."""
+        """``extras``: the key's named extra secrets (``passphrase``, ``token``), for the header templates that name
+        them (``{passphrase}``, ``{extra.token}``). Raises ValueError if the profile asks for what the key lacks
+        (its signer, its secret, an extra), or if the key or a secret of it cannot go in a header (the value is
+        never shown: it may be the secret)."""
+        extras = extras or {}
         if (signing is None) != (signer is None):
             raise ValueError("a signing profile needs the key's signer, and only it")
         if request.names_secret and secret is None:
             raise ValueError("the profile's headers name {secret}: the key needs one")
+        if request.extras_named - extras.keys():
+            raise ValueError(f"the profile's headers name the key's {', '.join(sorted(request.extras_named))}: "
+                             "the key needs each")
         self.method = request.method
         self._base_path = base_path.rstrip("/")
         self.path = self._base_path + request.path
@@ -62,9 +67,14 @@ class RequestWriter:
         window = [f"{quote(self._window_param)}={self._window}"] if self._window_param else []
         self._after_nonce = "&".join(window)
         self._id_prefix = f"{quote(self._id_param)}=" if self._id_param else ""
-        self._secret = secret
+        # The key's own secrets by the template fields that name them: {secret}, {passphrase}, {extra.NAME}.
+        self._secrets = {"secret": secret} if secret is not None else {}
+        for name, value in extras.items():
+            self._secrets[f"extra.{name}"] = value
+            if name == "passphrase":
+                self._secrets[name] = value
         # Headers whose template names only the key's own fields are the same on every request: filled now.
-        own = {"key": api_key, "secret": secret.reveal() if secret is not None else ""}
+        own = {"key": api_key, "secret": "", **{field: value.reveal() for field, value in self._secrets.items()}}
         names_agent = any(name.lower() == "user-agent" for name, _ in request.headers)
         self._headers = {} if names_agent else {"User-Agent": USER_AGENT}
         self._templates: list[tuple[str, str]] = []  # (name, template) of the headers filled per request
@@ -73,7 +83,7 @@ class RequestWriter:
             for field in named & own.keys():  # what a request adds is ASCII: only these may not fit a header
                 _check_header_value(name, own[field])
             if named <= own.keys():
-                self._headers[name] = template.format_map(own)
+                self._headers[name] = _filled(template, own)
             else:
                 self._templates.append((name, template))
         if request.key_header:
@@ -89,9 +99,6 @@ class RequestWriter:
         self._stamp_text = iso_ms if nonce.style == "timestamp-iso" else str
         # Whether each request gets headers of its own (a nonce, a signature, a template filled per request).
         self._own_headers = bool(self._nonce_header or signer is not None or self._templates)
-        # A user's parameter may not take a name the profile sends itself (it would replace or repeat it).
-        self._reserved = frozenset(name for name in (
-            self._key_param, self._nonce_param, self._window_param, self._id_param, self._signature_param) if name)
 
     def __repr__(self) -> str:
         return f"<RequestWriter {self.method} {self.path}>"
@@ -100,9 +107,10 @@ class RequestWriter:
         self, nonce: int, req_id: str, params: Params | None, method: str = "", path: str = "",
     ) -> tuple[str, str, bytes | None, dict[str, str]]:
         """(method, target, body, headers) of one attempt, to the request's own ``method`` and ``path`` if it
-        names them ("": the profile's), signed as sent; the body None when there is none. ``params`` as the
-        profile's check admitted them (``Endpoints``): where they go as text, each a string (a boolean
-        written ``true``/``false``), never an object, an array or null."""
+        names them ("": the profile's), signed as sent; the body None when there is none. ``req_id`` "": no id
+        is sent (an ask of the order-status endpoint names the order in its params). ``params`` as the
+        profile's check admitted them (``Endpoints``): none named as a param the profile sends itself; where
+        they go as text, each a string (a boolean written ``true``/``false``), never an object, an array or null."""
         method = method or self.method
         path = self._base_path + path if path else self.path
         stamp = self._stamp_text(nonce)
@@ -111,9 +119,6 @@ class RequestWriter:
             headers = dict(headers)
             if self._nonce_header:
                 headers[self._nonce_header] = stamp
-        if params and not self._reserved.isdisjoint(params):
-            taken = ", ".join(sorted(self._reserved.intersection(params)))
-            raise ParameterTaken(f"parameter(s) {taken} are names the profile sends itself")
         if self._json:
             fields = self._protocol_fields(stamp, req_id) if self._fields_in_body else {}
             if params:
@@ -153,10 +158,10 @@ class RequestWriter:
         values = {
             "method": parts.method, "path": parts.path, "query": parts.query, "body": parts.body,
             "nonce": parts.nonce, "timestamp": parts.timestamp, "key": parts.key, "recv_window": parts.recv_window,
-            "secret": self._secret.reveal() if self._secret is not None else "", "signature": signature,
+            "secret": "", "signature": signature, **{field: value.reveal() for field, value in self._secrets.items()},
         }
         for name, template in self._templates:
-            headers[name] = template.format_map(values)
+            headers[name] = _filled(template, values)
 
     def _protocol_fields(self, stamp: str, req_id: str) -> dict[str, str]:
         fields = {self._key_param: self._key} if self._key_param else {}
@@ -164,13 +169,13 @@ class RequestWriter:
             fields[self._nonce_param] = stamp
         if self._window_param:
             fields[self._window_param] = self._window
-        if self._id_param:
+        if self._id_param and req_id:
             fields[self._id_param] = req_id
         return fields
 
     def _protocol_query(self, stamp: str, req_id: str) -> str:
         return _joined(f"{self._before_nonce}{stamp}" if self._nonce_param else self._before_nonce.rstrip("&"),
-                       self._after_nonce, f"{self._id_prefix}{quote(req_id)}" if self._id_prefix else "")
+                       self._after_nonce, f"{self._id_prefix}{quote(req_id)}" if self._id_prefix and req_id else "")
 
 
 def iso_ms(stamp_ms: int) -> str:
@@ -187,6 +192,12 @@ def _check_header_value(name: str, value: str) -> None:
         raise ValueError(f"header {name}: the key or its secret is not Latin-1 text") from None
     if "\r" in value or "\n" in value:
         raise ValueError(f"header {name}: the key or its secret holds a line break")
+
+
+def _filled(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with each ``{field}`` replaced by its value (``{extra.token}`` is one field, not an attribute)
+    and ``{{``/``}}`` by a brace: what ``str.format_map`` does, for the names the profile's check admits."""
+    return "".join(text + (values[name] if name is not None else "") for text, name, _, _ in Formatter().parse(template))
 
 
 def _joined(*parts: str) -> str:

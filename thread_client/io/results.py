@@ -57,6 +57,8 @@ def final_record(request: Request, outcome: FinalOutcome, detail: str, max_body_
         "created": round(request.created_wall, 6),
         "finished": round(finished, 6),
         **({"line_digest": request.digest} if request.digest else {}),  # an invalid line's, for a rerun
+        # Sent again after a dead record of the same id: this record supersedes it.
+        **({"requeued": True, "requeue": request.requeue} if request.requeue else {}),
     }
 
 

@@ -43,7 +43,8 @@ class SendJournal(JsonLinesOutput):
     def sending(self, request: Request, key: str, nonce: int) -> None:
         """Write down that ``request`` leaves now on the key whose id is ``key``, with ``nonce``."""
         self._file.append({"id": request.req_id, "key": key, "nonce": nonce, "params": request.params,
-                           **endpoint_fields(request), **self._mark})
+                           **endpoint_fields(request), **self._mark,
+                           **({"requeue": request.requeue} if request.requeue else {})})
 
     def answered(self, request: Request, key: str, nonce: int) -> None:
         """Write down that the send of ``nonce`` was answered without being accepted: a restart must
@@ -63,6 +64,7 @@ class EarlierSend:
     method: str = ""  # where it went, as its request named it ("": the profile's endpoint)
     path: str = ""
     weight: int = 1
+    requeue: int = 0  # the n-th sending again of the id after its dead record (0: its first life)
 
 
 class ResumePoint:
@@ -78,7 +80,8 @@ class ResumePoint:
       record, that send is its latest and no answer to it was written down: in exactly-once it may
       have been accepted unanswered, and is settled with its own nonce before the key sends anything
       else (one request in flight per key). A key whose last send was accepted, or answered, has
-      nothing to settle, whatever earlier lines it has.
+      nothing to settle, whatever earlier lines it has. A dead letter the operator sent again (its send's
+      ``requeue``) is settled too while no record of that requeue ends it: its dead record is no longer final.
 
     ``unsettled`` is kept only if ``delivery`` settles them (exactly-once); otherwise those requests are
     resumed like the others. ``skip``, ``invalid_lines`` and ``resumed`` live on disk, so memory
@@ -92,7 +95,11 @@ class ResumePoint:
         self.skip = SeenIds(state_dir)
         self.invalid_lines = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
+        requeues_ended: dict[str, int] = {}  # id -> its latest requeue with a final record (requeued ids only)
         for record in json_objects(Path(results_path), read_json):
+            if record.get("requeued") is True:
+                request_id = str(record.get("id", ""))
+                requeues_ended[request_id] = max(requeues_ended.get(request_id, 0), int(record.get("requeue", 1)))
             if record.get("outcome") == FinalOutcome.INVALID_INPUT.value:
                 self.invalid_lines.add(_line_key(str(record.get("where", "")), str(record.get("line_digest", ""))))
             else:
@@ -122,7 +129,8 @@ class ResumePoint:
             last_on_key[send.key] = (send, record.get("once") is not True)
             key_of_last[send.id] = send.key
         self.unsettled = {key: send for key, (send, beyond_doubt) in last_on_key.items()
-                          if not beyond_doubt and send.id not in self.skip} if delivery.settles_ambiguous else {}
+                          if not beyond_doubt and (send.id not in self.skip or send.requeue > requeues_ended.get(send.id, 0))
+                          } if delivery.settles_ambiguous else {}
         for send in self.unsettled.values():
             self.skip.add(send.id)
 
@@ -149,6 +157,7 @@ def _line_key(where: str, digest: str) -> str:
 def _earlier_send(record: dict) -> EarlierSend | None:
     try:
         return EarlierSend(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})),
-                           str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)))
+                           str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)),
+                           int(record.get("requeue", 0)))
     except (KeyError, TypeError, ValueError):
         return None

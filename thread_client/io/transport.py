@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import email.utils
 import http.client
 import json
 import math
@@ -11,16 +10,17 @@ import select
 import socket
 import ssl
 import time
-from typing import Callable
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import AnswerTimedOut, ConnectFailed, RequestNotBuilt, ResetAfterSend, SendFenced, StaleConnection
 from ..limits.timestamps import ServerClock
-from ..parts import Answer
+from ..parts import NO_HEADERS, Answer
+from ..policy.retry_time import retry_seconds
 from ..profile import JsonPath, Profile, RequestShape, Secret, Signer
-from .request_writer import ParameterTaken, RequestWriter
+from .request_writer import RequestWriter
 
 __all__ = [
     "HttpTransport", "base_path", "endpoint_of", "idle_limit", "learn_server_clock", "parse_retry_after",
@@ -83,14 +83,16 @@ class HttpTransport:
         profile: Profile | None = None,
         signer: Signer | None = None,
         secret: Secret | None = None,
+        extras: Mapping[str, Secret] | None = None,
         server_clock: ServerClock | None = None,
         may_send: Callable[[], bool] = lambda: True,
         clock: Clock = monotonic,
     ) -> None:
         profile = profile or Profile("reference", "the contract")
         self._writer = RequestWriter(base_path(url, profile.request.path), api_key, profile.request, profile.nonce,
-                                     profile.sign, signer, secret)
+                                     profile.sign, signer, secret, extras)
         self.endpoint = endpoint_of(url, profile.request.path)
+        self._answer_headers = profile.answer_headers  # the response headers the profile's answer rules read
         # A timestamp API or a fixed window: every answer's Date teaches the estimate of the server's clock.
         self._server_clock = server_clock
         self._connection = _connection_to(url, timeout, ssl_context)
@@ -115,11 +117,9 @@ class HttpTransport:
         ``params`` go where the profile's ``params_in`` says; the request to ``method`` and ``path`` (after
         the URL's prefix) if it names its own endpoint. ``on_sent`` is called once the request is written to
         the socket. Raises RequestNotBuilt, with nothing sent, if the request cannot be built (a signing hook
-        failed, a parameter takes a profile's name)."""
+        failed)."""
         try:
             method, target, body, headers = self._writer.write(nonce, req_id, params, method, path)
-        except ParameterTaken as exc:
-            raise RequestNotBuilt(str(exc), refused=True) from exc
         except Exception as exc:  # the user's hook: nothing left. Its words may hold the secret: only its kind
             raise RequestNotBuilt(f"signing failed ({type(exc).__name__})") from exc
         self.connect()  # at once if open already: the worker opened it before it drew the nonce
@@ -149,9 +149,11 @@ class HttpTransport:
             self._server_clock.observe_date(response.getheader("Date"), sent_ms, self._server_clock.local_ms())
         if not reused:  # a server's keep-alive policy is read once per connection, not on every answer
             self._idle_limit = idle_limit(response.getheader("Keep-Alive"))
-        # Retry-After only matters for a failure: no header lookup on the common 200 path.
+        # Retry-After only matters for a failure: no header lookup on the common 200 path. Nor any other header
+        # unless the profile's rules read one (the reference's read none).
         retry_after = None if response.status == 200 else parse_retry_after(response.getheader("Retry-After"))
-        return Answer(response.status, body, retry_after, replaced_stale)
+        headers = _headers(response, self._answer_headers) if self._answer_headers else NO_HEADERS
+        return Answer(response.status, body, retry_after, replaced_stale, headers)
 
     def connect(self) -> None:
         """Open the connection (and TLS session) unless one is open, replacing a kept one the server
@@ -210,6 +212,11 @@ def _connection_to(url: str, timeout: float, ssl_context: ssl.SSLContext | None)
     return http.client.HTTPConnection(host, port or 80, timeout=timeout)
 
 
+def _headers(response: http.client.HTTPResponse, names: tuple[str, ...]) -> dict[str, str]:
+    """The headers ``names`` (lowercase) of ``response`` that it holds."""
+    return {name: value for name in names if (value := response.getheader(name)) is not None}
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     """True if an idle keep-alive socket has been closed (or reset) by the server: it reads as ready
     although no answer is due. Over TLS, records that carry no data (TLS 1.3 session tickets, which a
@@ -255,18 +262,9 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     Uncapped: the retry policy holds the one cap. None if absent or unreadable."""
     if not value:
         return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-            if when is None or when.tzinfo is None:
-                return None
-            seconds = when.timestamp() - (time.time() if now is None else now)
-        except (TypeError, ValueError, OverflowError):  # not a date, or one no clock can hold
-            return None
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+    now = time.time() if now is None else now
+    seconds = retry_seconds(value, "s", now)
+    return seconds if seconds is not None else retry_seconds(value, "date", now)
 
 
 def learn_server_clock(

@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from ..clock import Clock, monotonic
 from .host_state import KeyState
-from .limiter import ThreadSafeRateLimiter
+from .limiter import PausedBy, ThreadSafeRateLimiter
 from .nonces import NonceGenerator
 from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
@@ -40,7 +40,7 @@ def shown_names(secrets: Iterable[str]) -> dict[str, str]:
 
 class ApiKey:
     """Shared by the worker threads of one key. Retiring is final and closes the limiter,
-    which wakes every worker waiting on it. ``id`` identifies the key; ``name`` shows it;
+    which wakes every worker waiting on it; a pause is not (``pause``, ``resume``). ``id`` identifies the key; ``name`` shows it;
     ``account``: the keys file's account of it ("": none, it is its own)."""
 
     def __init__(
@@ -134,6 +134,20 @@ class ApiKey:
         """When the latest send still watched for its late answer timed out; None if none is."""
         with self._lock:
             return max(self._watched, default=None)
+
+    @property
+    def paused(self) -> bool:
+        """Paused by the operator (the daemon's own pause is the daemon's to show)."""
+        return PausedBy.OPERATOR in self.limiter.paused_by
+
+    def pause(self) -> None:
+        """The operator's pause: what the key has in flight finishes, it sends nothing more and takes no work (the
+        other keys take its queue) until ``resume()``. Idempotent."""
+        self.limiter.pause(PausedBy.OPERATOR)
+
+    def resume(self) -> None:
+        """Lift the operator's pause. Idempotent; a retired key stays retired."""
+        self.limiter.resume(PausedBy.OPERATOR)
 
     def retire(self, reason: str) -> bool:
         """Stop using this key for good; True for the call that retired it."""

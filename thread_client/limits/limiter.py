@@ -29,6 +29,7 @@ never counted. The nonce's block is reserved before the lock is taken
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 import threading
 from dataclasses import dataclass
@@ -36,18 +37,26 @@ from typing import Hashable, Iterator, Sequence
 
 from .. import defaults
 from ..clock import Clock, monotonic
-from ..errors import LimiterClosed, LimiterTimeout, SendOvertaken
+from ..errors import KeyPaused, LimiterClosed, LimiterTimeout, SendOvertaken
 from .nonces import NonceGenerator
 from .order_rule import OrderRule
 from .rules import LimitRule, RuleState
 from .scopes import SharedRule
 from .timestamps import ServerTimestamps
 
-__all__ = ["LimiterState", "Permit", "ThreadSafeRateLimiter"]
+__all__ = ["LimiterState", "PausedBy", "Permit", "ThreadSafeRateLimiter"]
 
 _NOTHING = contextlib.nullcontext()  # what a key that shares no rule takes for the shared rules' locks
 _FIRST_NONCE_SKIP = 1_000  # microseconds
 _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
+
+
+class PausedBy(enum.Enum):
+    """Who paused a key: each pause is lifted by its own resume, so resuming the daemon leaves a key the operator
+    paused paused."""
+
+    OPERATOR = "operator"  # this key, from the control API
+    DAEMON = "daemon"  # every key: the daemon takes no work
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +86,8 @@ class LimiterState:
     """An immutable snapshot for metrics and tests; ``ready_in`` is the seconds until a send is
     allowed (0: now; inf: only an answer can tell); ``window`` the first rule's ``pace`` (a ring's window,
     a bucket's interval), widened by strikes; ``remaining`` each rule's name with the units a send could
-    spend of it now (``RuleState.available``)."""
+    spend of it now (``RuleState.available``); ``held_for`` the seconds a hold has left (0: none); ``paused_by``
+    the pauses in force."""
 
     in_flight: int
     ready_in: float
@@ -86,6 +96,8 @@ class LimiterState:
     held: bool
     closed: bool
     remaining: tuple[tuple[str, int], ...] = ()
+    held_for: float = 0.0
+    paused_by: frozenset[PausedBy] = frozenset()
 
 
 class ThreadSafeRateLimiter:
@@ -132,7 +144,7 @@ class ThreadSafeRateLimiter:
         # The learnt gap, shared with the host's other keys; none for a fixed order latency (or one in flight).
         self._order_rule = order_rule if math.isfinite(order_latency) else None
         # Guards every field below and this key's own rule states. `_changed` is notified whenever a send may
-        # have become possible sooner (a slot freed, the order gate opened; a sharer's answer) and on close.
+        # have become possible sooner (a slot freed, the order gate opened; a sharer's answer; a resume) and on close.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         # Each state with its rule, in one order (the permits' tokens and the costs follow it); the shared ones
@@ -154,6 +166,7 @@ class ThreadSafeRateLimiter:
         self._nonce_skip = _FIRST_NONCE_SKIP  # doubles with every invalid nonce, back to the first on an accept
         self._closed = False
         self._taking = True  # False once the daemon stops: wait_ready() refuses, permits out are still given back
+        self._paused_by: set[PausedBy] = set()  # while not empty, no fresh permit: wait_ready() waits for a resume
 
     def __repr__(self) -> str:
         state = self.state()
@@ -263,7 +276,8 @@ class ThreadSafeRateLimiter:
         order gate that waits on it; no new nonce is drawn, and SendOvertaken is raised if a later
         send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
         ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
-        is or gets closed. A fresh nonce's block is reserved first, without the lock (a durable mark, a
+        is or gets closed; KeyPaused, at once, for a fresh send while the key is paused (a resend settles a send
+        that left before the pause: it is let through). A fresh nonce's block is reserved first, without the lock (a durable mark, a
         store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
         deadline = math.inf if timeout is None else self._clock() + timeout
@@ -276,6 +290,8 @@ class ThreadSafeRateLimiter:
                 while True:
                     if self._closed:
                         raise LimiterClosed(self.name)
+                    if self._paused_by and resend_of is None:
+                        raise KeyPaused(self.name)
                     with self._shared_locked():
                         delay = self._delay_until_free(now, costs, resend_of is not None)
                         permit = self._take(now, resend_of, costs) if delay <= 0 else None
@@ -290,7 +306,8 @@ class ThreadSafeRateLimiter:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until a send would be allowed at once (True) or ``timeout`` seconds pass (False);
-        raises LimiterClosed if the limiter is or gets closed, or stops taking work.
+        raises LimiterClosed if the limiter is or gets closed, or stops taking work. A paused key is
+        not ready until it is resumed.
 
         Workers ask this before they take a request: a key that cannot send (held after a
         Retry-After or a strike, every slot in flight) takes no work it could only hand back,
@@ -302,8 +319,11 @@ class ThreadSafeRateLimiter:
             while True:
                 if self._closed or not self._taking:
                     raise LimiterClosed(self.name)
-                with self._shared_locked():
-                    delay = self._delay_until_free(now, self._usual_costs)
+                if self._paused_by:
+                    delay = math.inf  # only a resume (notified) or a close ends it
+                else:
+                    with self._shared_locked():
+                        delay = self._delay_until_free(now, self._usual_costs)
                 if delay <= 0:
                     return True
                 if now >= deadline:
@@ -412,6 +432,23 @@ class ThreadSafeRateLimiter:
         with self._changed:
             self._held_until = max(self._held_until, self._clock() + seconds)
 
+    @property
+    def paused_by(self) -> frozenset[PausedBy]:
+        with self._lock:
+            return frozenset(self._paused_by)
+
+    def pause(self, by: PausedBy) -> None:
+        """Give out no fresh permit until ``resume(by)``: the key's workers take no work meanwhile, and one that
+        holds a request hands it back (KeyPaused); what is in flight finishes. Idempotent."""
+        with self._changed:
+            self._paused_by.add(by)
+
+    def resume(self, by: PausedBy) -> None:
+        """Lift ``by``'s pause; the key sends again once no other pause holds it. Idempotent."""
+        with self._changed:
+            self._paused_by.discard(by)
+            self._changed.notify_all()
+
     def stop_taking(self) -> None:
         """The daemon stops: ``wait_ready`` raises LimiterClosed from now on and every worker waiting
         in it wakes, while a request already taken may still get its permit (and settle) in the
@@ -437,4 +474,6 @@ class ThreadSafeRateLimiter:
                 held=self._held_until > now,
                 closed=self._closed,
                 remaining=tuple((rule.name, state.available(now)) for state, rule in self._rules),
+                held_for=max(0.0, self._held_until - now),
+                paused_by=frozenset(self._paused_by),
             )

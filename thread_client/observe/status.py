@@ -17,19 +17,27 @@ _PARKED_BECAUSE = frozenset({"parked", "strike budget spent"})
 
 
 class KeyCondition(enum.Enum):
-    """What a key does now. A ``paused`` state joins these when keys can be paused."""
+    """What a key does now."""
 
     SENDING = "sending"  # free to send as its limits allow
+    PAUSED = "paused"  # paused by the operator: finishes what is in flight, sends nothing more until resumed
     HELD = "held"  # waiting out a hold (a Retry-After, a strike, the start-up window)
     PARKED = "parked"  # retired by the client for its strikes
     BLOCKED = "blocked"  # retired for any other reason (the server blocked or refused it)
     BANNED = "banned"  # the whole host is banned: no key sends until the ban ends
+    NOT_OWNED = "not owned"  # a shared key whose lease another member holds now (cluster mode)
 
     @classmethod
-    def of(cls, retired_because: str | None, held: bool, banned: bool) -> "KeyCondition":
-        """A key's condition: a retirement first (it is final), then the host's ban, then its own hold."""
+    def of(cls, retired_because: str | None, held: bool, banned: bool, *, paused: bool = False,
+           owned: bool = True) -> "KeyCondition":
+        """A key's condition: a retirement first (it is final), then whose it is, the operator's pause, the host's
+        ban, and its own hold."""
         if retired_because is not None:
             return cls.PARKED if retired_because in _PARKED_BECAUSE else cls.BLOCKED
+        if not owned:
+            return cls.NOT_OWNED
+        if paused:
+            return cls.PAUSED
         if banned:
             return cls.BANNED
         return cls.HELD if held else cls.SENDING
@@ -43,6 +51,8 @@ class KeyStatus:
     condition: KeyCondition
     strikes: int  # this run's
     remaining: tuple[tuple[str, int], ...]  # each limit rule's name and the units a send could spend now
+    id: str = ""  # ``key_id``: what the control API knows the key by
+    held_for: float = 0.0  # seconds its hold has left (0: none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,11 @@
 """What a request may ask of its profile: an endpoint (the profile's own or one of its ``[request] endpoints``),
-a weight every limit can hold, and params the profile can carry (nested ones only in a JSON body)."""
+a weight every limit can hold, and params the profile can carry (nested ones only in a JSON body; none named as
+one the profile sends itself)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Collection, Sequence
 
 from ..limits.rules import LimitRule
 from ..request import InvalidInput, Params, Work
@@ -16,14 +17,18 @@ __all__ = ["Endpoints"]
 class Endpoints:
     """The endpoints a profile's ``request`` allows, the ``limits`` each send must fit, and where its params go:
     checked once per request, as its line is read (``parse_line``'s ``admit``), so a request that could never be
-    sent is ``invalid_input`` with nothing sent."""
+    sent is ``invalid_input`` with nothing sent. ``own_params``: the names the profile sends itself
+    (``Profile.own_params``), which no param may take."""
 
-    def __init__(self, request: RequestShape, limits: Sequence[LimitRule]) -> None:
+    def __init__(self, request: RequestShape, limits: Sequence[LimitRule], own_params: Collection[str]) -> None:
         self._method, self._path, self._own = request.method, request.path, request.endpoint
         self._allowed = frozenset((request.endpoint, *request.endpoints))
         self._limits = tuple(limits)
+        self._own_params = frozenset(own_params)
         # Where the params go as text (a query string, a form body), each must be a string; None: a JSON body.
         self._text_in = {"query": "in the query string", "form": "in a form body"}.get(request.params_in)
+        # The param that names an order to the exchange, where the id param does not carry it already.
+        self._client_id = request.client_id if request.client_id != request.id_param else ""
 
     def __repr__(self) -> str:
         return f"<Endpoints {', '.join(sorted(self._allowed))}>"
@@ -31,8 +36,16 @@ class Endpoints:
     def admit(self, work: Work) -> Work | InvalidInput:
         """``work`` with its endpoint completed from the profile's (the profile's own left as "": the usual
         send) and, where its params go as text, each boolean written ``true``/``false``; or the
-        ``invalid_input`` it is: an endpoint the profile does not allow, a weight that can never fit a limit,
-        or an object, array or null where the params go as text."""
+        ``invalid_input`` it is: a param named as one the profile sends itself, an endpoint the profile does not
+        allow, a weight that can never fit a limit, or an object, array or null where the params go as text. A
+        profile's client id param the line does not give is added, with the request's id as its value: the
+        exchange knows the order by it."""
+        taken = self._own_params.intersection(work.params)
+        if taken:
+            return InvalidInput(work.where, work.id, f"parameter(s) {', '.join(sorted(taken))} are names the profile "
+                                                     "sends itself", work.receipt)
+        if self._client_id and self._client_id not in work.params:
+            work = replace(work, params={**work.params, self._client_id: work.id})
         if self._text_in is not None and work.params:
             params = _as_text(work.params, self._text_in)
             if isinstance(params, str):

@@ -10,12 +10,13 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .json_path import JsonPath
 from .model import (
-    ANSWER_OUTCOMES, FIELDS_IN, HEADER_FIELDS, INVALID_NONCE_COSTS, METHODS, NONCE_STYLES, PARAMS_IN, TEMPLATE_FIELDS,
-    TIME_UNITS, AnswerRule, NonceShape, Penalty, Profile, RequestShape, Signing, template_fields,
+    ANSWER_OUTCOMES, EXTRA_FIELD, FIELDS_IN, HEADER_FIELDS, INVALID_NONCE_COSTS, METHODS, NONCE_SPENDERS, NONCE_STYLES,
+    PARAMS_IN, RETRY_OUTCOMES, RETRY_UNITS, SETTLE_FINDINGS, TEMPLATE_FIELDS, TIME_UNITS, AnswerRule, NonceShape,
+    Penalty, Profile, RequestShape, Settle, Signing, own_params, template_fields,
 )
 from .signing import HookError, load_hook
 from ..limits.rate_limit_scope import HOLDS
@@ -53,12 +54,13 @@ _TABLES: dict[str, dict[str, _Field]] = {
         "method": _Field((str,), METHODS), "path": _TEXT, "params_in": _Field((str,), PARAMS_IN),
         "fields_in": _Field((str,), FIELDS_IN),
         "key_param": _TEXT, "key_header": _TEXT, "id_param": _TEXT, "headers": _Field((dict,)),
-        "endpoints": _Field((list,)),
+        "endpoints": _Field((list,)), "client_id": _TEXT,
     },
     "nonce": {
         "style": _Field((str,), NONCE_STYLES), "param": _TEXT, "header": _TEXT, "recv_window_ms": _Field((int,)),
         "recv_window_param": _TEXT, "recv_window_header": _TEXT, "time_path": _TEXT, "time_field": _TEXT,
-        "time_unit": _Field((str,), TIME_UNITS),
+        "time_unit": _Field((str,), TIME_UNITS), "spent_by": _Field((str,), NONCE_SPENDERS),
+        "date_lag_ms": _Field((int,)),
     },
     "sign": {
         "algorithm": _Field((str,), ("hmac-sha256", "hmac-sha512")), "message": _TEXT,
@@ -67,9 +69,12 @@ _TABLES: dict[str, dict[str, _Field]] = {
     },
     "answers": {"message": _TEXT, "rule": _Field((list,))},
     "answers.rule": {
-        "status": _Field((int, list)), "body_contains": _TEXT, "field": _TEXT,
-        "equals": _Field((str, int, float, bool)), "echo_id": _TEXT, "outcome": _Field((str,), ANSWER_OUTCOMES),
+        "status": _Field((int, list)), "body_contains": _TEXT, "field": _TEXT, "header": _TEXT,
+        "equals": _Field((str, int, float, bool, list)), "one_of": _Field((list,)), "absent": _Field((bool,)),
+        "echo_id": _TEXT, "retry_after_header": _TEXT, "retry_after_field": _TEXT, "retry_after_match": _TEXT,
+        "retry_after_unit": _Field((str,), RETRY_UNITS), "outcome": _Field((str,), ANSWER_OUTCOMES),
     },
+    "settle": {"method": _Field((str,), METHODS), "path": _TEXT, "client_id_param": _TEXT, "rule": _Field((list,))},
     "penalty": {
         "strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS),
         "rate_limited_holds": _Field((str,), HOLDS), "rate_limited_strikes": _Field((bool,)),
@@ -80,8 +85,11 @@ _TABLES: dict[str, dict[str, _Field]] = {
         "burst": _Field((int,)), "max": _Field((int,)), "decay_per_s": _NUMBER,
     },
 }
+# A status answer is read in the answers' own predicates, to a finding instead of an outcome.
+_TABLES["settle.rule"] = {name: field for name, field in _TABLES["answers.rule"].items()
+                          if not name.startswith("retry_after")} | {"outcome": _Field((str,), SETTLE_FINDINGS)}
 #: Tables given as arrays (``[[limit]]``): their fields are checked one entry at a time.
-_ARRAY_TABLES = ("answers.rule", "limit")
+_ARRAY_TABLES = ("answers.rule", "limit", "settle.rule")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
                dict: "a table"}
 
@@ -141,17 +149,22 @@ class _Compiler:
         nonce = self._nonce(self._table(data, "nonce"))
         sign = self._sign(self._table(data, "sign"), nonce, request) if "sign" in data else None
         for name, template in request.headers:
-            self._template(template, ("request", "headers"), f"header {name!r}", HEADER_FIELDS,
-                           _available_fields(nonce, request) | {"secret"} | ({"signature"} if sign is not None else set()))
-        names = [name for name in (request.key_param, nonce.param if nonce.style != "none" else "",
-                                   nonce.recv_window_param if nonce.recv_window_ms else "", request.id_param,
-                                   sign.param if sign is not None else "") if name]
+            extras = {field for field in _fields_or_none(template) if EXTRA_FIELD.fullmatch(field)}  # the key's own
+            self._template(template, ("request", "headers"), f"header {name!r}", (*HEADER_FIELDS, *sorted(extras)),
+                           _available_fields(nonce, request) | {"secret", "passphrase"} | extras
+                           | ({"signature"} if sign is not None else set()))
+        names = own_params(request, nonce, sign)
         if len(set(names)) != len(names):
             self._error(self._finder.line("request", "id_param"),
                         f"the profile's own params must have different names: {', '.join(names)}")
         answers = self._table(data, "answers")
+        try:
+            JsonPath(answers.get("message", "error_msg"))
+        except ValueError as exc:
+            self._error(self._finder.line("answers", "message"), f"message: {exc}")
         rules = self._rules(answers.get("rule", []), request)
-        limits = self._limits(top.get("limit", []), request)
+        settle = self._settle(self._table(data, "settle"), request) if "settle" in data else None
+        limits = self._limits(top.get("limit", []), request, settle)
         penalty = self._table(data, "penalty")
         if penalty.get("strikes_to_block", 1) < 1:
             self._error(self._finder.line("penalty", "strikes_to_block"), "strikes_to_block must be at least 1")
@@ -160,7 +173,7 @@ class _Compiler:
         return Profile(
             name=top.get("name", default_name), source=self._source, description=top.get("description", ""),
             request=request, nonce=nonce, sign=sign, message_field=answers.get("message", "error_msg"),
-            answers=rules, penalty=Penalty(**penalty), limits=limits,
+            answers=rules, penalty=Penalty(**penalty), limits=limits, settle=settle,
         )
 
     def _table(self, data: dict[str, Any], table: str, index: int = 0) -> dict[str, Any]:
@@ -189,11 +202,11 @@ class _Compiler:
     def _request(self, values: dict[str, Any]) -> RequestShape:
         headers = values.pop("headers", {})
         for name, value in headers.items():
+            line = self._finder.at("request", "headers", name)
             if not isinstance(value, str):
-                self._error(self._finder.line("request", "headers"), f"header {name!r} must be a string, got {value!r}")
+                self._error(line, f"header {name!r} must be a string, got {value!r}")
             elif not _HEADER_NAME.fullmatch(name) or not _header_value_ok(value):
-                self._error(self._finder.line("request", "headers"), f"header {name!r}: a name must be an HTTP token "
-                                                                     "and a value Latin-1 text on one line")
+                self._error(line, f"header {name!r}: a name must be an HTTP token and a value Latin-1 text on one line")
         for place in ("key_header",):
             if values.get(place) and not _HEADER_NAME.fullmatch(values[place]):
                 self._error(self._finder.line("request", place), f"{place} must be an HTTP token, got {values[place]!r}")
@@ -202,18 +215,21 @@ class _Compiler:
             self._error(self._finder.line("request", "key_header"), "give key_param or key_header, not both")
         elif key_places == ["key_header"]:
             values.setdefault("key_param", "")
-        elif not key_places and "key_param" in values:
-            self._error(self._finder.line("request", "key_param"), "the key goes nowhere: give key_param or key_header")
+        elif not key_places and "key_param" in values and not any(
+                _fields_or_none(value) & _CREDENTIAL_FIELDS for value in headers.values() if isinstance(value, str)):
+            self._error(self._finder.line("request", "key_param"),
+                        "the key goes nowhere: give key_param or key_header (or name {key}, {secret} or {signature} "
+                        "in a header)")
         if values.get("fields_in") == "body" and values.get("params_in", "query") == "query":
             self._error(self._finder.line("request", "fields_in"), 'fields_in = "body" needs a body: params_in form or json')
         self._check_path(values.get("path"), "request", "path")
         endpoints = []
-        for endpoint in values.pop("endpoints", []):
+        for index, endpoint in enumerate(values.pop("endpoints", [])):
             method, _, path = endpoint.partition(" ") if isinstance(endpoint, str) else ("", "", "")
             if method in METHODS and _path_ok(path):
                 endpoints.append(endpoint)
             else:
-                self._error(self._finder.line("request", "endpoints"),
+                self._error(self._finder.line("request.endpoints", "", index),
                             f'endpoints must each be "METHOD /path" (a method of {", ".join(METHODS)}; a path from / '
                             f"with no query, space or non-ASCII character), got {endpoint!r}")
         return RequestShape(**values, headers=tuple((str(name), str(value)) for name, value in headers.items()),
@@ -227,6 +243,8 @@ class _Compiler:
             values.setdefault("param", "")
         if style == "none" and ("param" in values or "header" in values):
             self._error(self._finder.line("nonce", "style"), "style none sends no nonce: drop param and header")
+        if not 0 <= values.get("date_lag_ms", 1000) <= 60_000:
+            self._error(self._finder.line("nonce", "date_lag_ms"), "date_lag_ms must be between 0 and 60000")
         window = values.get("recv_window_ms", 0)
         if not 0 <= window <= 3_600_000:
             self._error(self._finder.line("nonce", "recv_window_ms"), "recv_window_ms must be between 0 and 3600000")
@@ -291,34 +309,50 @@ class _Compiler:
             elif name not in available:
                 self._error(line, f"{what} names {{{name}}}, which this profile never sends ({_why_missing(name)})")
 
-    def _rules(self, raw: list[Any], request: RequestShape) -> tuple[AnswerRule, ...]:
-        if not raw:  # no rules given: the reference's, like every other default, the id echo read where it is sent
+    def _settle(self, values: dict[str, Any], request: RequestShape) -> Settle | None:
+        """The ``[settle]`` order-status endpoint: it names a client id the profile's requests carry, and rules
+        that read found and not found (anything no rule reads is unknown: asked again)."""
+        missing = [name for name in ("path", "client_id_param") if not values.get(name)]
+        if missing:
+            self._error(self._finder.line("settle"), f"[settle] needs {' and '.join(missing)}")
+        if not request.client_id:
+            self._error(self._finder.line("settle"), "[settle] asks by client id: give [request] client_id, the "
+                                                     "param that carries it")
+        self._check_path(values.get("path"), "settle", "path")
+        rules = self._rules(values.pop("rule", []), request, "settle.rule")
+        if not {"found", "not_found"} <= {rule.outcome for rule in rules}:
+            self._error(self._finder.line("settle"), "[settle] needs a rule that reads found and one that reads "
+                                                     "not_found ([[settle.rule]])")
+        return None if missing else Settle(**values, rules=rules)
+
+    def _rules(self, raw: list[Any], request: RequestShape, table: str = "answers.rule") -> tuple[AnswerRule, ...]:
+        """The rules of ``table``: the answers' (``answers.rule``) or the status endpoint's (``settle.rule``),
+        in the one predicate language."""
+        accepting = "accepted" if table == "answers.rule" else "found"
+        if not raw and table == "answers.rule":  # no rules given: the reference's, like every other default, the id echo read where it is sent
             if self._source == f"built-in {DEFAULT_PROFILE}":
                 return ()
             return tuple(dataclasses.replace(rule, echo_id=request.id_param) if rule.echo_id else rule
                          for rule in load_profile(DEFAULT_PROFILE).answers)
         rules: list[AnswerRule] = []
         for index, entry in enumerate(raw):
-            line = self._finder.line("answers.rule", "", index)
+            line = self._finder.line(table, "", index)
             if not isinstance(entry, dict):
-                self._error(line, "each answers rule must be a table ([[answers.rule]])")
+                self._error(line, f"each {table.replace('.', ' ')} must be a table ([[{table}]])")
                 continue
-            values = self._table(entry, "answers.rule", index)
+            values = self._table(entry, table, index)
             if "outcome" not in values or "status" not in values:
                 if "outcome" not in entry or "status" not in entry:
-                    self._error(line, "an answers rule needs a status and an outcome")
+                    self._error(line, f"a {table.replace('.', ' ')} needs a status and an outcome")
                 continue
-            statuses = self._statuses(values.pop("status"), self._finder.line("answers.rule", "status", index))
+            statuses = self._statuses(values.pop("status"), self._finder.line(table, "status", index))
             if statuses is None:
                 continue
-            if isinstance(values.get("equals"), float) and not math.isfinite(values["equals"]):
-                self._error(self._finder.line("answers.rule", "equals", index), "equals must be a finite number")
-            if "equals" in values and not values.get("field"):
-                self._error(self._finder.line("answers.rule", "equals", index), "equals needs the field it compares")
-            if values.get("echo_id") and values["outcome"] != "accepted":
-                self._error(self._finder.line("answers.rule", "echo_id", index), "echo_id belongs to an accepted rule")
-            if values.get("echo_id") and not request.id_param:
-                self._error(self._finder.line("answers.rule", "echo_id", index),
+            self._reading(values, table, index)
+            if values.get("echo_id") and values["outcome"] != accepting:
+                self._error(self._finder.line(table, "echo_id", index), f"echo_id belongs to an {accepting} rule")
+            if values.get("echo_id") and not request.id_param and table == "answers.rule":
+                self._error(self._finder.line(table, "echo_id", index),
                             "echo_id needs the id to be sent ([request] id_param)")
             rule = AnswerRule(statuses=statuses, line=line, **values)
             shadow = next((earlier for earlier in rules if earlier.unconditional
@@ -327,15 +361,74 @@ class _Compiler:
                 self._error(line, f"this rule can never match: the rule on line {shadow.line} takes every status "
                                   f"it covers first")
             rules.append(rule)
-        if not any(rule.outcome == "accepted" and rule.statuses[0] <= 299 and rule.statuses[1] >= 200
-                   for rule in rules):
+        if table == "answers.rule" and not any(rule.outcome == "accepted" and rule.statuses[0] <= 299
+                                               and rule.statuses[1] >= 200 for rule in rules):
             self._error(self._finder.line("answers.rule"),
                         "no answers rule accepts a 2xx: every answer would be retried as ambiguous")
         return tuple(rules)
 
-    def _limits(self, raw: list[Any], request: RequestShape) -> tuple[LimitRule, ...]:
+    def _reading(self, values: dict[str, Any], table: str, index: int) -> None:
+        """Check what one rule reads: its subject (a JSON ``field`` or a ``header``), the one test on it (``equals``,
+        ``one_of``, ``absent``; none: it is there), and where a retry time comes from. Arrays become tuples."""
+        def line(name: str) -> int:
+            return self._finder.line(table, name, index)
+
+        if values.get("field") and values.get("header"):
+            self._error(line("header"), "a rule reads a field or header, not both")
+        for name in ("field", "retry_after_field", "echo_id"):
+            if values.get(name):
+                try:
+                    JsonPath(values[name])
+                except ValueError as exc:
+                    self._error(line(name), f"{name}: {exc}")
+        for name in ("header", "retry_after_header"):
+            if values.get(name) and not _HEADER_NAME.fullmatch(values[name]):
+                self._error(line(name), f"{name} must be an HTTP token, got {values[name]!r}")
+        tests = [name for name in ("absent", "equals", "one_of") if name in values and values[name] is not False]
+        if len(tests) > 1:
+            self._error(line(tests[0]), "absent, equals and one_of: give one")
+        for name in tests:
+            if not (values.get("field") or values.get("header")):
+                self._error(line(name), f"{name} needs the field or header it tests")
+        for name in ("equals", "one_of"):
+            value = values.get(name)
+            items = value if isinstance(value, list) else [value] if name in values else []
+            if not all(isinstance(item, (str, int, float, bool)) for item in items):
+                self._error(line(name), f"{name} must be a string, a number, a boolean or an array of them")
+            elif any(isinstance(item, float) and not math.isfinite(item) for item in items):
+                self._error(line(name), f"{name} must be a finite number")
+            if isinstance(value, list):
+                values[name] = tuple(value)
+        if "one_of" in values and not values["one_of"]:
+            self._error(line("one_of"), "one_of needs a value (an empty array matches nothing)")
+        if isinstance(values.get("equals"), tuple) and values.get("header"):
+            self._error(line("equals"), "a header holds text: an array is equalled by a JSON field")
+        self._retry_time(values, line)
+
+    def _retry_time(self, values: dict[str, Any], line: Callable[[str], int]) -> None:
+        """Check where a rule's retry time comes from: a header or a JSON field, through a pattern of one group."""
+        sources = [name for name in ("retry_after_header", "retry_after_field") if values.get(name)]
+        if len(sources) > 1:
+            self._error(line(sources[1]), "give retry_after_header or retry_after_field, not both")
+        for name in ("retry_after_match", "retry_after_unit"):
+            if values.get(name) and not sources:
+                self._error(line(name), f"{name} needs retry_after_header or retry_after_field")
+        if sources and values["outcome"] not in RETRY_OUTCOMES:
+            self._error(line(sources[0]), f"a retry time serves a {', '.join(RETRY_OUTCOMES[:-1])} or "
+                                          f"{RETRY_OUTCOMES[-1]} rule")
+        if values.get("retry_after_match"):
+            try:
+                groups = re.compile(values["retry_after_match"]).groups
+            except re.error as exc:
+                self._error(line("retry_after_match"), f"retry_after_match is no pattern: {exc}")
+            else:
+                if groups != 1:
+                    self._error(line("retry_after_match"),
+                                f"retry_after_match must have one group (the time), got {groups}")
+
+    def _limits(self, raw: list[Any], request: RequestShape, settle: Settle | None) -> tuple[LimitRule, ...]:
         """The ``[[limit]]`` rules; none given: the reference's rolling window, as every other default. A cost
-        table may name only the endpoints ``request`` allows."""
+        table may name only the endpoints ``request`` allows and the ``settle`` status endpoint."""
         if not raw:
             return () if self._source == f"built-in {DEFAULT_PROFILE}" else load_profile(DEFAULT_PROFILE).limits
         limits: list[LimitRule] = []
@@ -357,9 +450,9 @@ class _Compiler:
             values.setdefault("name", f"limit {index + 1}")
             if isinstance(values.get("cost"), dict):  # by endpoint: "METHOD /path" = cost
                 values["cost"] = tuple(sorted(values["cost"].items()))
-                allowed = {request.endpoint, *request.endpoints}
+                allowed = {request.endpoint, *request.endpoints, *([settle.endpoint] if settle is not None else [])}
                 for endpoint in sorted({endpoint for endpoint, _ in values["cost"]} - allowed):
-                    self._error(self._finder.line("limit", "cost", index),
+                    self._error(self._finder.at("limit", index, "cost", endpoint),
                                 f"cost names {endpoint}, an endpoint the profile does not allow (allowed: "
                                 f"{', '.join(sorted(allowed))}; more go in [request] endpoints)")
             try:
@@ -416,6 +509,11 @@ def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
 def _why_missing(name: str) -> str:
     return {"nonce": "[nonce] style is none", "timestamp": "[nonce] style is not a timestamp",
             "recv_window": "[nonce] recv_window_ms is 0", "signature": "it has no [sign] table"}.get(name, "")
+
+
+#: What a header may carry the key's credential in, instead of a key param or header of its own: a bearer token
+#: (``{secret}``), a token that names the key inside (a JWT ``{signature}``) or the key itself.
+_CREDENTIAL_FIELDS = frozenset({"key", "secret", "signature"})
 
 
 def _fields_or_none(template: str) -> set[str]:
