@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ from .control.panel import DaemonPanel
 from .control.routes import Router
 from .control.server import ControlServer
 from .control.token import control_token
-from .errors import ConfigError
+from .errors import ConfigError, RequeueRefused
 from .exits import ALL_KEYS_RETIRED, DRAINED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
 from .flow.listener import Listeners
 from .flow.outage import OutageGate
@@ -36,7 +37,7 @@ from .limits.keys import ApiKey
 from .limits.limiter import PausedBy
 from .limits.rate_limit_scope import RateLimitScope
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
-from .request import FinalOutcome, Request, Work
+from .request import FinalOutcome, InvalidInput, Request, Work
 from .resumability import NOT_RESUMABLE, Resumability
 from .selectable_event import SelectableEvent
 from .observe.metrics import Metrics
@@ -54,6 +55,8 @@ __all__ = ["Daemon", "TransportFactory"]
 
 #: A start-up hold longer than this is said (a reference window is not worth a line).
 _NOTABLE_HOLD = 5.0
+#: The longest a requeue from the control API waits for room in the main queue, in all: its HTTP handler answers.
+_ROOM_WAIT = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +97,12 @@ class Daemon:
         resumability: Resumability = NOT_RESUMABLE,
         transports: TransportFactory,
         policy: RetryPolicy,
+        admit: Callable[[Work], Work | InvalidInput] | None = None,
         clock: Clock = monotonic,
         max_restarts: int = 3,
     ) -> None:
         self.config = config
+        self._admit = admit  # the profile's checks of an input line (what the console requeues from the input)
         self._clock = clock
         self.stop_latch = StopLatch()
         # The stages of the shutdown that wait on an event rather than on a queue, set in dependency order.
@@ -127,6 +132,11 @@ class Daemon:
             on_stop=self._on_stop, clock=clock,
         )
         self.requeuer = Requeuer(self.queues)
+        # Guards _paused (the daemon's own pause, with every key's) and _requeues: the latest attempt of each id
+        # requeued in this run, or adopted to be settled (an earlier run's requeue on the wire at a crash).
+        self._control_lock = threading.Lock()
+        self._paused = False
+        self._requeues: dict[str, int] = {}
         earlier = self._take_up(earlier_sends or {})
         # The host's ban (an exchange's 418): every key waits it out, a repeat lasts longer.
         self.ban = HostBan(keys.hold_all, clock=clock)
@@ -136,7 +146,7 @@ class Daemon:
                                       keys.hold_keys)
         answers = AnswerTable(config.profile)
         # Where a send in doubt is settled by asking the exchange: its order-status endpoint, if the profile names one.
-        status = StatusTable(config.profile) if config.profile.settle is not None else None
+        status = StatusTable(config.profile, config.http_timeout) if config.profile.settle is not None else None
         self.workers = [
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
@@ -160,10 +170,6 @@ class Daemon:
         self._max_restarts = max_restarts
         self.metrics_server: MetricsServer | None = None
         self.control_server: ControlServer | None = None
-        # Guards _paused (the daemon's own pause) and _requeues, the latest requeue of each id requeued in this run.
-        self._control_lock = threading.Lock()
-        self._paused = False
-        self._requeues: dict[str, int] = {}
         self._started_at: float | None = None
         self._summary: Summary | None = None
         self._shutdown_lock = threading.Lock()
@@ -189,6 +195,7 @@ class Daemon:
                                                                   "the restart, and the state dir has no record of it")
             else:
                 taken_up[kid] = (self.queues.adopt(request), send.nonce)
+                self._requeues[send.id] = send.requeue  # under way: its old dead record is no dead letter now
         return taken_up
 
     def __repr__(self) -> str:
@@ -256,7 +263,7 @@ class Daemon:
         source = config.source if config.source not in ("generate", "-") and not is_store_url(config.source) else None
         feed = ConsoleFeed(self._clock)
         self.events.subscribe(feed)
-        panel = DaemonPanel(self, feed, DeadLetters(on_disk, source) if on_disk else None)
+        panel = DaemonPanel(self, feed, DeadLetters(on_disk, source, self._admit) if on_disk else None)
         try:
             self.control_server = ControlServer(Router(panel, token), config.control_port or 0, config.control_host,
                                                 token_file=config.control_token_file)
@@ -278,43 +285,72 @@ class Daemon:
     def pause(self) -> None:
         """Take no work until ``resume()``: every key finishes what it has in flight and takes nothing more (the
         queues keep the rest, the producer fills them). A key the operator paused stays so after ``resume()``."""
-        with self._control_lock:
-            self._paused = True
-        for key in self.keys:
-            key.limiter.pause(PausedBy.DAEMON)
+        self._set_paused(True)
         log.warning("paused from the control API: no key takes work until resumed")
 
     def resume(self) -> None:
-        with self._control_lock:
-            self._paused = False
-        for key in self.keys:
-            key.limiter.resume(PausedBy.DAEMON)
+        self._set_paused(False)
         log.warning("resumed from the control API")
+
+    def _set_paused(self, paused: bool) -> None:
+        """The flag and every key's daemon pause under one lock: a pause and a resume from two handler threads
+        never leave the keys paused while the flag says not (the limiters' locks are taken inside, never I/O)."""
+        with self._control_lock:
+            self._paused = paused
+            for key in self.keys:
+                if paused:
+                    key.limiter.pause(PausedBy.DAEMON)
+                else:
+                    key.limiter.resume(PausedBy.DAEMON)
 
     def drain(self) -> None:
         """The graceful stop of SIGTERM, asked from the control API."""
         self.request_stop(DRAINED)
 
-    def requeue(self, works: Sequence[Work], dead: Mapping[str, dict]) -> list[str]:
-        """Send the dead letters ``works`` again, each a new attempt of its id through the queues, as the source's
-        requests go (a full main queue blocks); ``dead``: their dead records, whose ``requeue`` this one follows.
-        Its final record then says ``requeued`` and supersedes the dead one. An id requeued in this run whose
-        requeue has no final record yet is passed over: one attempt of an id at a time. Returns the ids queued."""
-        queued = []
+    def requeue(self, works: Sequence[Work], dead: Mapping[str, dict], room_wait: float = _ROOM_WAIT) -> list[str]:
+        """Send the dead letters ``works`` again, each a new attempt of its id through the queues; ``dead``: their
+        dead records, whose ``requeue`` this one follows. Its final record then says ``requeued`` and supersedes
+        the dead one. An id with a later attempt under way (``mark_under_way``) is passed over: one attempt of an
+        id at a time. Waits for room in the main queue (which a producer keeps full) ``room_wait`` seconds in all,
+        never longer (a paused daemon's stays full): then raises RequeueRefused, naming the ids queued before.
+        Returns the ids queued (all of them, or those before the stop closed the queues)."""
+        queued: list[str] = []
+        deadline = time.monotonic() + room_wait  # the queue's own clock
         for item in works:
             requeue = int(dead[item.id].get("requeue") or 0) + 1
             with self._control_lock:
-                if self._requeues.get(item.id, 0) >= requeue:
+                if self._under_way(item.id, requeue):
                     continue
+                latest = self._requeues.get(item.id)
                 self._requeues[item.id] = requeue
             request = Request(item.id, self._clock(), item.params, where=f"requeue {requeue}", method=item.method,
                               path=item.path, weight=item.weight, requeue=requeue)
-            if not self.queues.submit(request):
-                break
+            try:
+                if not self.queues.submit(request, timeout=max(0.0, deadline - time.monotonic())):
+                    break
+            except queue.Full:
+                with self._control_lock:
+                    if latest is None:
+                        del self._requeues[item.id]
+                    else:
+                        self._requeues[item.id] = latest
+                raise RequeueRefused(queued) from None
             queued.append(item.id)
         if queued:
             log.info("%s requeued from the control API", _count(len(queued), "dead letter"))
         return queued
+
+    def mark_under_way(self, items: Sequence[dict]) -> list[dict]:
+        """The dead letters ``items`` (each with its id and its record's ``requeue``), each with ``under_way``: a
+        later attempt of its id is queued or in flight in this run (or has ended since, its record not read yet)."""
+        with self._control_lock:
+            return [{**item, "under_way": self._under_way(item["id"], int(item.get("requeue") or 0) + 1)}
+                    for item in items]
+
+    def _under_way(self, request_id: str, requeue: int) -> bool:
+        """Whether attempt ``requeue`` of the id, or a later one, was queued or adopted in this run. Called with
+        the lock held."""
+        return self._requeues.get(request_id, -1) >= requeue
 
     def request_stop(self, reason: str = "stopped") -> None:
         """Ask ``run()`` to shut down; safe from any thread. Signals reach ``stop_latch`` directly
@@ -352,6 +388,7 @@ class Daemon:
             oldest_ages=self.queues.oldest_ages(),
             bans=self.ban.bans,
             lease_takes=self.keys.lease_takes(),
+            paused=self.paused,
         )
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:

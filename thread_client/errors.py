@@ -6,8 +6,8 @@ import socket
 
 __all__ = [
     "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed",
-    "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "ResetAfterSend", "SendFenced",
-    "SendOvertaken", "StaleConnection", "StateNotWritten", "StoreUnavailable", "ThreadClientError",
+    "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "RequeueRefused", "ResetAfterSend",
+    "SendFenced", "SendOvertaken", "StaleConnection", "StateNotWritten", "StoreUnavailable", "ThreadClientError",
     "TransportError",
 ]
 
@@ -57,6 +57,15 @@ class SendOvertaken(ThreadClientError):
 
 class QueueClosed(ThreadClientError):
     """Raised by ``put`` and ``get`` of a closed queue: the daemon is stopping, take or give no more work."""
+
+
+class RequeueRefused(ThreadClientError):
+    """Raised when a requeue finds the main queue full (a paused daemon fills it): the rest is not queued, and
+    the caller, an HTTP handler, must not wait for room. ``queued``: the ids queued before."""
+
+    def __init__(self, queued: list[str]) -> None:
+        super().__init__("the main queue is full (a paused daemon fills it): try again once it has room")
+        self.queued = queued
 
 
 class TransportError(ThreadClientError):

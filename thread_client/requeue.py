@@ -10,39 +10,51 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 from .arguments import OneLineParser
 from .cluster.address import StoreAddress, is_store_url
 from .cluster.work_stream import WorkStream, submit_work
 from .errors import ConfigError, StoreUnavailable
 from .io.jsonlines import json_objects
-from .request import FinalOutcome, Work, json_text, parse_line, read_json
+from .request import FinalOutcome, InvalidInput, Work, json_text, parse_line, read_json
 
-__all__ = ["REQUEUABLE", "dead_letters", "original_requests", "requeue_main"]
+__all__ = [
+    "DEAD", "DOUBLE_RISK", "REQUEUABLE", "dead_letters", "double_risk", "keep_last", "original_requests",
+    "requeue_main",
+]
 
-#: The outcomes a dead letter may be sent again for: not ``accepted`` (no dead letter), ``invalid_input`` (a
-#: line that is no request: it is fixed in the input, not sent again) nor ``duplicate`` (the exchange has its order:
-#: sent again it could only be refused, or placed twice).
+#: The outcomes a dead letter is never sent again for: ``accepted`` (no dead letter) and ``invalid_input`` (a line
+#: that is no request: it is fixed in the input, not sent again).
 _NOT_REQUEUABLE = {
     FinalOutcome.ACCEPTED: "it is no dead letter",
     FinalOutcome.INVALID_INPUT: "a line that is no request is fixed in the input, not sent again",
-    FinalOutcome.DUPLICATE: "the exchange has its order already: sent again it could be placed twice",
 }
-REQUEUABLE = tuple(outcome for outcome in FinalOutcome if outcome not in _NOT_REQUEUABLE)
+#: The outcomes whose order may be at the exchange already: sent again (a fresh nonce, and no [settle] to ask first
+#: under exactly-once) it can be placed twice. Requeued only when named, with that risk taken (``--may-double``,
+#: the API's ``"may_double": true``), never in the default set.
+DOUBLE_RISK = {
+    FinalOutcome.UNKNOWN: "its fate was never settled: the exchange may have its order",
+    FinalOutcome.DUPLICATE: "the exchange said it has its order already",
+}
+#: The outcomes requeued when none is named: every dead letter's but those that risk a double order.
+REQUEUABLE = tuple(outcome for outcome in FinalOutcome if outcome not in _NOT_REQUEUABLE and outcome not in DOUBLE_RISK)
+#: Every dead letter's outcome.
+DEAD = (*REQUEUABLE, *DOUBLE_RISK)
 #: A dead record requeued into a work stream is remembered this long: the same requeue run again skips it.
 _REMEMBER_REQUEUED = 7 * 86_400.0
 
 
 def outcomes(text: str) -> frozenset[FinalOutcome]:
-    """An argparse ``type``: a comma-separated list of outcomes a dead letter may be requeued for."""
+    """An argparse ``type``: a comma-separated list of outcomes a dead letter may be requeued for (those of
+    ``DOUBLE_RISK`` too: ``double_risk`` says whether the risk is taken)."""
     chosen = set()
     for name in filter(None, (part.strip() for part in text.split(","))):
         try:
             outcome = FinalOutcome(name)
         except ValueError:
             raise argparse.ArgumentTypeError(f"no outcome {name!r} (requeue takes "
-                                             f"{', '.join(o.value for o in REQUEUABLE)})") from None
+                                             f"{', '.join(o.value for o in DEAD)})") from None
         if outcome in _NOT_REQUEUABLE:
             raise argparse.ArgumentTypeError(f"{name}: {_NOT_REQUEUABLE[outcome]}")
         chosen.add(outcome)
@@ -51,24 +63,39 @@ def outcomes(text: str) -> frozenset[FinalOutcome]:
     return frozenset(chosen)
 
 
+def double_risk(chosen: frozenset[FinalOutcome]) -> str | None:
+    """Why requeueing ``chosen`` may place an order twice (None: it may not), for a refusal."""
+    risky = [f"{outcome.value}: {why}" for outcome, why in DOUBLE_RISK.items() if outcome in chosen]
+    return f"{'; '.join(risky)}; sent again it may be placed twice" if risky else None
+
+
 def dead_letters(results: Path, chosen: frozenset[FinalOutcome]) -> dict[str, dict]:
     """Each id's final record, where its outcome is one of ``chosen``, in the order of those records. Only an id's
     last record counts: a later run's record for it (its requeue's, say) supersedes the earlier. Memory: one
-    outcome per id of the file. Raises OSError if the file cannot be read."""
+    record per dead letter of ``chosen``. Raises OSError if the file cannot be read."""
     wanted = {outcome.value for outcome in chosen}
     last: dict[str, dict] = {}
     for record in json_objects(results):
-        request_id = record.get("id")
-        if isinstance(request_id, str) and request_id:
-            last.pop(request_id, None)  # the later record goes to the end: the order is that of the last records
-            last[request_id] = record if record.get("outcome") in wanted else {}
-    return {request_id: record for request_id, record in last.items() if record}
+        keep_last(last, record, wanted)
+    return last
 
 
-def original_requests(ids: set[str], journal: Path, source: Path | None) -> dict[str, Work]:
+def keep_last(last: dict[str, dict], record: dict, wanted: set[str]) -> None:
+    """Note the final ``record`` read after those of ``last`` (id -> its last record, in their order), which keeps
+    only records of ``wanted`` outcomes: a later record of an id supersedes its earlier one, and goes to the end."""
+    request_id = record.get("id")
+    if isinstance(request_id, str) and request_id:
+        last.pop(request_id, None)
+        if record.get("outcome") in wanted:
+            last[request_id] = record
+
+
+def original_requests(ids: set[str], journal: Path, source: Path | None,
+                      admit: Callable[[Work], Work | InvalidInput] | None = None) -> dict[str, Work]:
     """The request of each of ``ids`` as it was sent: its last send in the send ``journal``, else the line of
-    ``source`` (the run's input) with its id. An id found in neither is left out. Raises OSError if ``source``
-    cannot be read."""
+    ``source`` (the run's input) with its id, read through ``admit`` (the profile's checks of an input line:
+    where no intake reads it again, as in the daemon). An id found in neither, or whose line ``admit`` refuses,
+    is left out. Raises OSError if ``source`` cannot be read."""
     found: dict[str, Work] = {}
     for record in json_objects(journal, read_json):
         if record.get("id") in ids and "answered" not in record:
@@ -79,7 +106,7 @@ def original_requests(ids: set[str], journal: Path, source: Path | None) -> dict
     if source is not None:
         with source.open("rb") as lines:
             for number, raw in enumerate(lines, 1):
-                item = parse_line(raw, f"line {number}")
+                item = parse_line(raw, f"line {number}", admit=admit)
                 if isinstance(item, Work) and item.id in ids and item.id not in found:
                     found[item.id] = item
     return found
@@ -92,7 +119,11 @@ def requeue_main(argv: list[str], prog: str) -> int:
     parser = OneLineParser(prog=f"{prog} requeue", description=requeue_main.__doc__.splitlines()[0])
     parser.add_argument("results", metavar="FILE", help="a results file (--results of the run)")
     parser.add_argument("--outcome", type=outcomes, required=True, metavar="NAME[,NAME...]",
-                        help=f"the outcomes to requeue: {', '.join(o.value for o in REQUEUABLE)}")
+                        help=f"the outcomes to requeue: {', '.join(o.value for o in REQUEUABLE)}; "
+                        f"{' and '.join(o.value for o in DOUBLE_RISK)} with --may-double")
+    parser.add_argument("--may-double", action="store_true",
+                        help=f"requeue {' and '.join(o.value for o in DOUBLE_RISK)} dead letters too: their order may "
+                        "be at the exchange already, and sent again it may be placed twice")
     parser.add_argument("--to", required=True, metavar="PATH|-|redis://...",
                         help="a new file (refused if it exists) to run with --source PATH and a new --results; - for "
                         "standard output; or a work stream, redis://HOST:PORT/DB?stream=NAME (a dead record requeued "
@@ -101,6 +132,8 @@ def requeue_main(argv: list[str], prog: str) -> int:
                         help="the run's input file: where a dead letter never sent (so not in FILE.sent, the send "
                         "journal) is found by its id")
     args = parser.parse_args(argv)
+    if (risk := double_risk(args.outcome)) is not None and not args.may_double:
+        parser.error(f"--outcome {risk}: give --may-double to take that risk")
     results = Path(args.results)
     if not results.is_file():
         parser.error(f"{results}: no such file")

@@ -131,11 +131,14 @@ def test_the_systemd_unit_runs_the_daemon_confined_and_stops_it_after_its_drain(
     assert command[0].endswith("/thread-client") and command[1:] == ["--config", "/etc/thread-client/thread-client.toml"]
     # The longest a SIGTERM's drain takes (Daemon.shutdown): one grace for the requests in flight (the HTTP timeout
     # and a second), then five groups of threads joined (producer, requeuer, workers, reporters, parts) within the
-    # HTTP timeout and two seconds each.
+    # HTTP timeout and two seconds each: 6T + 11 s, at the example config's own HTTP timeout T (which it must set).
     http_timeout = float(dict(a.split("=", 1) for a in file_arguments(str(EXAMPLE), cli._parser(), cli._PATHS)
-                              if "=" in a).get("--http-timeout-ms", 1000)) / 1000
+                              if "=" in a)["--http-timeout-ms"]) / 1000
     drain = http_timeout + 1.0 + 5 * (http_timeout + 2.0)
-    assert float(service["TimeoutStopSec"]) > 2 * drain
+    assert drain == 6 * http_timeout + 11
+    assert float(service["TimeoutStopSec"]) >= 2 * drain
+    for said in (UNIT.read_text(), (ROOT / "docs" / "operating" / "service.md").read_text()):
+        assert "6T + 11" in said and "12T + 22" in said  # the relation, for whoever raises --http-timeout-ms
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze on this machine")

@@ -3,6 +3,7 @@ daemon's own threads are."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.request
 from typing import Sequence
@@ -109,6 +110,13 @@ def test_a_key_the_operator_paused_is_served_in_the_paused_state():
     state = samples(families(DaemonStatus(counts, Metrics().snapshot(), (paused,), {}, OutageGate().state()))[
         "thread_client_key_state"])
     assert [labels for labels, value in state.items() if value == 1] == [("UT4N...JYA6", "paused")]
+
+
+def test_a_daemon_paused_from_the_control_api_is_served_so_the_stall_alerts_can_skip_it():
+    """A deliberate pause stalls every key: without this gauge the stall alerts page for it."""
+    assert samples(families(running_status())["thread_client_paused"]) == {(): 0}
+    paused = dataclasses.replace(running_status(), paused=True)
+    assert samples(families(paused)["thread_client_paused"]) == {(): 1}
 
 
 def test_key_states_strikes_budgets_bans_and_leases_are_served():

@@ -12,6 +12,7 @@ from conftest import wait_for
 
 from thread_client.flow.delay_queue import DelayQueue
 from thread_client.io.graveyard import Graveyard
+from thread_client.io.results import Results
 from thread_client.flow.queues import QueueManager
 from thread_client.errors import QueueClosed
 from thread_client.request import FinalOutcome, Request
@@ -178,3 +179,32 @@ def test_a_request_refused_after_close_is_buried_as_the_drain_buries_the_rest(tm
     manager.graveyard.close()
     (record,) = (json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines())
     assert record["reason"] == "shutdown: endpoint not found"
+
+
+def test_a_requeue_left_unsent_at_a_stop_gets_a_final_record_where_new_work_waits_for_the_next_run(tmp_path):
+    """The next run skips an id by its dead record: a requeue the API acknowledged and the stop left unsent
+    would vanish there. It is recorded (the drain's outcome, its requeue's number) instead: that record
+    supersedes the dead one and is a dead letter again; the input's own unsent work still waits."""
+    results = tmp_path / "results.jsonl"
+    manager = QueueManager(Graveyard(None), queue_size=4, results=Results(str(results)), keep_unsent=True)
+    assert manager.submit(Request("new", 0.0)) and manager.submit(Request("x", 0.0, requeue=2, where="requeue 2"))
+    manager.close()
+    assert not manager.submit(Request("y", 0.0, requeue=1, where="requeue 1"))  # lost the race with the stop
+    assert manager.drain() == 2
+    manager.results.close()
+    counts = manager.counts()
+    assert (counts.left_for_next_run, counts.graveyard, counts.balanced) == (1, 2, True)
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted((r["id"], r["outcome"], r["requeue"]) for r in records) == [("x", "shutdown", 2),
+                                                                               ("y", "shutdown", 1)]
+
+
+def test_a_submit_that_may_not_wait_refuses_a_full_queue_and_counts_nothing(manager, clock):
+    """A requeue from the control API never holds its HTTP handler on a full queue (a paused daemon)."""
+    for n in range(4):
+        assert manager.submit(new_request(n, clock))
+    with pytest.raises(queue.Full):
+        manager.submit(new_request(9, clock), timeout=0)
+    assert manager.counts().created == 4 and manager.counts().balanced
+    manager.take()
+    assert manager.submit(new_request(9, clock), timeout=0)

@@ -10,7 +10,10 @@ import pytest
 from thread_client import cli
 from thread_client.io.results import Results
 from thread_client.io.resume import SendJournal
+from thread_client.profile import load_profile
+from thread_client.profile.endpoints import Endpoints
 from thread_client.request import FinalOutcome, Request, Work, parse_line, read_json
+from thread_client.requeue import original_requests
 
 
 def request(req_id: str, **fields) -> Request:
@@ -82,7 +85,7 @@ def test_one_never_sent_is_found_in_the_input_and_else_named(run, tmp_path, caps
     ("accepted", "argument --outcome: accepted: it is no dead letter"),
     ("invalid_input", "argument --outcome: invalid_input: a line that is no request is fixed in the input"),
     ("retries_exhausted,bogus", "argument --outcome: no outcome 'bogus' (requeue takes rejected, retries_exhausted, "
-                                "key_blocked, shutdown, unknown)"),
+                                "key_blocked, shutdown, unknown, duplicate)"),
     (",", "argument --outcome: name at least one outcome"),
 ])
 def test_a_bad_outcome_is_refused_by_name_in_one_line(run, outcomes, message, capsys):
@@ -101,3 +104,33 @@ def test_an_existing_file_is_never_written_over_and_a_missing_results_file_is_na
             requeue(*argv, "--outcome", "rejected")
         assert exited.value.code == 2 and message in capsys.readouterr().err
     assert taken.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("outcome", ["unknown", "duplicate", "rejected,unknown"])
+def test_an_outcome_whose_order_may_be_placed_already_is_requeued_only_with_may_double(run, tmp_path, outcome, capsys):
+    """Under exactly-once without [settle], an ``unknown`` sent again is a blind resend: two orders, maybe."""
+    results = tmp_path / "risky.jsonl"
+    results.write_text('{"id": "u", "outcome": "unknown"}\n{"id": "v", "outcome": "duplicate"}\n'
+                       '{"id": "c", "outcome": "rejected"}\n')
+    (tmp_path / "risky.jsonl.sent").write_text(run.with_name("results.jsonl.sent").read_text()
+                                               + '{"id": "u", "key": "k", "nonce": 1, "params": {"n": "u"}}\n'
+                                               + '{"id": "v", "key": "k", "nonce": 2, "params": {"n": "v"}}\n')
+    with pytest.raises(SystemExit) as exited:
+        requeue(str(results), "--outcome", outcome, "--to", "-")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "placed twice" in err and "--may-double" in err
+    assert requeue(str(results), "--outcome", outcome, "--may-double", "--to", "-") == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(outcome.split(","))
+
+
+
+def test_a_line_never_sent_is_read_through_the_profile_s_checks_before_it_is_requeued(tmp_path):
+    """A request never sent is found in the run's input; in the daemon (the console's requeue) it goes straight to
+    the queue, so its line must pass the checks every input line passes (the profile's own parameter names, its
+    endpoints), or a nonce the line names would be sent beside the profile's own (found by a review)."""
+    profile = load_profile()
+    admit = Endpoints(profile.request, (), profile.own_params).admit
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "params": {"nonce": 5}}\n{"id": "b", "params": {"q": 1}}\n')
+    found = original_requests({"a", "b"}, tmp_path / "none.sent", source, admit=admit)
+    assert set(found) == {"b"}

@@ -5,16 +5,23 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from ..request import FinalOutcome, Work
-from ..requeue import REQUEUABLE, dead_letters, original_requests
+from ..io.jsonlines import objects_in
+from ..request import FinalOutcome, InvalidInput, Work
+from ..requeue import DEAD, REQUEUABLE, keep_last, original_requests
 
 __all__ = ["DeadLetters", "Page", "MAX_LIMIT", "DEFAULT_LIMIT"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+#: What the index keeps of a dead letter's record: what a page shows, and its cursor.
+_SHOWN = ("id", "outcome", "reason", "finished", "key", "requeue")
+_DEAD = {outcome.value for outcome in DEAD}
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,16 +31,27 @@ class Page:
 
 
 class DeadLetters:
-    """Reads ``results`` (and its send journal ``<results>.sent``; the run's input ``source`` for a request never
-    sent) at each call: a page costs one read of the file, never a send's time. A dead letter is an id's last
-    record, where its outcome is not ``accepted`` (nor ``invalid_input``: no request to send again)."""
+    """The dead letters of ``results`` (with its send journal ``<results>.sent``; the run's input ``source`` for a
+    request never sent) from an index kept up to date: each call reads only the bytes added to the file since the
+    last (a line not yet whole waits for the next), so a page costs what was written since, never the whole file
+    again. A dead letter is an id's last record, where its outcome is not ``accepted`` (nor ``invalid_input``: no
+    request to send again). Memory: the fields shown of each dead letter; an accepted id costs nothing. A file
+    replaced or cut shorter is read again from its start. Safe from any thread; no lock is held while reading."""
 
-    def __init__(self, results: str, source: str | None = None) -> None:
+    def __init__(self, results: str, source: str | None = None,
+                 admit: Callable[[Work], Work | InvalidInput] | None = None) -> None:
         self.results = Path(results)
         self._source = Path(source) if source is not None else None
+        self._admit = admit  # the profile's checks of an input line: a line never sent is read through them
+        # Guards the index: _dead (id -> its dead record's shown fields, in the order of those records), _read_to
+        # (the bytes of the file read into it) and _file (the file's identity then). Never held while reading.
+        self._lock = threading.Lock()
+        self._dead: dict[str, dict] = {}
+        self._read_to = 0
+        self._file: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
-        return f"<DeadLetters {self.results}>"
+        return f"<DeadLetters {self.results} {len(self._dead)} dead, {self._read_to} bytes read>"
 
     def page(self, outcomes: frozenset[FinalOutcome] = frozenset(REQUEUABLE), limit: int = DEFAULT_LIMIT,
              after: str | None = None) -> Page:
@@ -56,16 +74,47 @@ class DeadLetters:
         dead = self._read(outcomes)
         if ids is not None:
             dead = {request_id: dead[request_id] for request_id in dict.fromkeys(ids) if request_id in dead}
-        found = original_requests(set(dead), Path(f"{self.results}.sent"), self._source)
+        found = original_requests(set(dead), Path(f"{self.results}.sent"), self._source, self._admit)
         return [found[request_id] for request_id in dead if request_id in found], dead
 
     def _read(self, outcomes: frozenset[FinalOutcome]) -> dict[str, dict]:
-        return dead_letters(self.results, outcomes) if self.results.exists() else {}
+        """The dead letters of ``outcomes`` once the index has read what was added to the file."""
+        self._catch_up()
+        wanted = {outcome.value for outcome in outcomes}
+        with self._lock:
+            return {request_id: record for request_id, record in self._dead.items() if record["outcome"] in wanted}
+
+    def _catch_up(self) -> None:
+        """Read the whole lines added since the index's last read into it. Two readers at once may read the same
+        bytes: the first back adds them, the other's are dropped (the index already has them)."""
+        with self._lock:
+            start, known = self._read_to, self._file
+        try:
+            with self.results.open("rb") as file:
+                info = os.fstat(file.fileno())
+                identity = (info.st_dev, info.st_ino)
+                again = identity != known or info.st_size < start  # a new file, or this one cut shorter
+                offset = 0 if again else start
+                file.seek(offset)
+                added = file.read()
+        except FileNotFoundError:
+            identity, again, offset, added = None, True, 0, b""
+        whole = added[:added.rfind(b"\n") + 1]  # a line being written is read once whole
+        records = [{name: record[name] for name in _SHOWN if name in record}
+                   for record in objects_in(whole.splitlines())]
+        with self._lock:
+            if (self._file, self._read_to) != (known, start):
+                return
+            if again:
+                self._dead = {}
+            self._file, self._read_to = identity, offset + len(whole)
+            for record in records:
+                keep_last(self._dead, record, _DEAD)
 
 
 def _item(record: dict) -> dict:
     return {"id": record["id"], "outcome": record.get("outcome"), "detail": record.get("reason", ""),
-            "at": record.get("finished"), "key": record.get("key")}
+            "at": record.get("finished"), "key": record.get("key"), "requeue": record.get("requeue", 0)}
 
 
 def _encode(record: dict) -> str:

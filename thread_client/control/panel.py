@@ -43,6 +43,8 @@ class Controlled(Protocol):
 
     def requeue(self, works: Sequence[Work], dead: Mapping[str, dict]) -> list[str]: ...
 
+    def mark_under_way(self, items: Sequence[dict]) -> list[dict]: ...
+
 
 class DaemonPanel:
     """A ``Panel`` over a ``Daemon``: reads its status (each part under its own lock, together approximate) and the
@@ -114,7 +116,8 @@ class DaemonPanel:
         self._daemon.drain()
 
     def dead(self, chosen: frozenset[FinalOutcome], limit: int, after: str | None) -> Page:
-        return self._letters().page(chosen, limit, after)
+        page = self._letters().page(chosen, limit, after)
+        return Page(self._daemon.mark_under_way(page.items), page.next)
 
     def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
         works, dead = self._letters().requests(ids, chosen)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..errors import RequeueRefused
 from ..request import FinalOutcome
-from ..requeue import REQUEUABLE, outcomes
+from ..requeue import DOUBLE_RISK, REQUEUABLE, double_risk, outcomes
 from .dead import DEFAULT_LIMIT, Page
 
 __all__ = ["NoResults", "Panel", "Reply", "Router", "STATIC"]
@@ -52,7 +53,8 @@ class Panel(Protocol):
         """A page of dead letters (NoResults: no results file; ValueError: a bad cursor or limit)."""
 
     def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
-        """Send again the dead letters named (``ids``, else every one of ``chosen``); the ids sent (NoResults)."""
+        """Send again the dead letters named (``ids``, else every one of ``chosen``); the ids sent (NoResults;
+        RequeueRefused: the main queue is full)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +172,18 @@ class Router:
             raise _Refused(400, '"ids" must be a list of strings')
         if outcome is not None and not isinstance(outcome, str):
             raise _Refused(400, '"outcome" must be a string of names, comma-separated')
+        may_double = asked.get("may_double", False)
+        if not isinstance(may_double, bool):
+            raise _Refused(400, '"may_double" must be true or false')
+        chosen = _outcomes(outcome) | (frozenset(DOUBLE_RISK) if may_double and ids is not None else frozenset())
+        if (risk := double_risk(chosen)) is not None and not may_double:
+            raise _Refused(400, f'{risk}: add "may_double": true to take that risk')
         try:
-            sent = self._panel.requeue(ids, _outcomes(outcome))
+            sent = self._panel.requeue(ids, chosen)
         except NoResults as exc:
             raise _Refused(404, str(exc)) from None
+        except RequeueRefused as exc:  # the handler never waits for room: the operator asks again
+            return Reply.json({"error": str(exc), "requeued": len(exc.queued), "ids": exc.queued}, 503)
         return Reply.json({"requeued": len(sent), "ids": sent})
 
     def _drain(self, body: bytes) -> Reply:
@@ -187,7 +197,8 @@ def _one(query: dict[str, list[str]], name: str) -> str | None:
 
 
 def _outcomes(text: str | None) -> frozenset[FinalOutcome]:
-    """The outcomes named (every requeuable one when none is); 400 for a name that is none."""
+    """The outcomes named (when none is, every one requeued by default: not those that risk a double order); 400
+    for a name that is none."""
     if text is None or not text.strip():
         return frozenset(REQUEUABLE)
     try:

@@ -16,6 +16,9 @@ __all__ = ["ControlServer", "is_loopback"]
 
 log = logging.getLogger(__name__)
 
+#: A kept connection idle this long is closed, and its handler's thread ends.
+_IDLE_TIMEOUT = 30.0
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is reachable from this machine alone (``localhost``, 127.0.0.0/8, ::1)."""
@@ -28,39 +31,59 @@ def is_loopback(host: str) -> bool:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Hands each request to the server's router; logs no poll (the page polls every second)."""
+    """Hands each request to the server's router; logs no poll (the page polls every second). Before that, it
+    refuses (and closes the connection on) what it cannot read safely: a Host that is not the bound address nor
+    localhost (a DNS-rebinding page under its own name), a chunked body, a body without its size or too big
+    (never left unread, to be parsed as the next request)."""
 
     server: "_Server"
     protocol_version = "HTTP/1.1"  # the page's polls keep their connection
+    timeout = _IDLE_TIMEOUT  # a connection that sends nothing for this long is closed (its thread ends)
 
     def do_GET(self) -> None:
-        self._answer(b"")
+        if self._host_allowed():
+            self._answer(b"")
 
     def do_POST(self) -> None:
+        if not self._host_allowed():
+            return
+        if "Transfer-Encoding" in self.headers:
+            self._send(Reply.json({"error": "a chunked body is not taken: send its Content-Length"}, 411), close=True)
+            return
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if not 0 <= length <= MAX_BODY:
-            self._send(Reply.json({"error": f"a body of 0 to {MAX_BODY} bytes, with its Content-Length"}, 400))
+            self._send(Reply.json({"error": f"a body of 0 to {MAX_BODY} bytes, with its Content-Length"}, 400),
+                       close=True)
             return
         self._answer(self.rfile.read(length))
 
-    def do_PUT(self) -> None:
-        self._answer(b"")
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
-    do_DELETE = do_PATCH = do_HEAD = do_PUT
+    def _host_allowed(self) -> bool:
+        """Whether the Host header names the bound address or this machine (or is absent); else 421, closed."""
+        host = self.headers.get("Host")
+        if host is None or _host_name(host) in self.server.names:
+            return True
+        self._send(Reply.json({"error": f"Host {host} is not this server's: use http://{self.server.names[0]}:"
+                                        f"{self.server.server_port}/"}, 421), close=True)
+        return False
 
     def _answer(self, body: bytes) -> None:
         self._send(self.server.router.route(self.command, self.path, self.headers.get("Authorization"), body,
                                             client=self.client_address[0]))
 
-    def _send(self, reply: Reply) -> None:
+    def _send(self, reply: Reply, close: bool = False) -> None:
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(reply.body)
@@ -69,11 +92,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+def _host_name(host: str) -> str:
+    """The name of a Host header, without its port and brackets, in lower case."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        return name[1:name.find("]")] if "]" in name else name
+    head, colon, port = name.rpartition(":")
+    return head if colon and port.isdigit() else name
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], router: Router) -> None:
         self.router = router
+        # The Host names served: the bound address first, then this machine's own.
+        self.names = tuple(dict.fromkeys([_host_name(address[0]), "localhost", "127.0.0.1", "::1"]))
         super().__init__(address, _Handler)
 
 

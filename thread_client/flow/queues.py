@@ -112,20 +112,25 @@ class QueueManager:
 
     # -- producer ------------------------------------------------------------
 
-    def submit(self, request: Request) -> bool:
-        """Count ``request`` as created and queue it, blocking while the main queue is full.
+    def submit(self, request: Request, timeout: float | None = None) -> bool:
+        """Count ``request`` as created and queue it, blocking while the main queue is full, for up to ``timeout``
+        seconds (None: as long as it takes); then raises queue.Full, with nothing counted (as ``Queue.put``).
 
         Returns False if the queues are or get closed first; the request is then buried as
-        ``shutdown``, or left for the next run if unsent requests are kept.
+        ``shutdown``, or left for the next run if unsent requests are kept (``_keeps``).
         """
         with self._lock:
             self._created += 1
         try:
-            self._main.put((_NEW_LANE, next(self._order), request))
+            self._main.put((_NEW_LANE, next(self._order), request), timeout=timeout)
             return True
+        except queue.Full:
+            with self._lock:
+                self._created -= 1
+            raise
         except QueueClosed:
             pass
-        if self._keep_unsent:
+        if self._keeps(request):
             self._leave(1)
         else:
             with self._lock:
@@ -290,24 +295,30 @@ class QueueManager:
         user's resumable input), they are left for the next run whatever stopped this one (a
         signal, every key retired, a wrong endpoint): no final record, so a rerun of the same
         input after the cause is fixed sends them (those sent once marked as resumed). A local
-        decision never buries the user's work. Otherwise they are buried with ``outcome``.
+        decision never buries the user's work. Otherwise they are buried with ``outcome``, and so is an
+        operator's requeue in any case (``_keeps``).
 
         Call once the threads that put into the queues are stopped (after ``close()``), or more may arrive.
         """
         requests = [entry[2] for entry in self._main.drain()] + self._dlq.drain()
-        if self._keep_unsent:
-            self._leave(len(requests))
-            return len(requests)
-        for request in requests:
+        buried = [request for request in requests if not self._keeps(request)]
+        self._leave(len(requests) - len(buried))
+        for request in buried:
             self._record_burial_unsent(request, outcome, detail)
         with self._lock:
-            self._count_finished(len(requests))
+            self._count_finished(len(buried))
         return len(requests)
 
     @property
     def keeps_unsent(self) -> bool:
         """Whether a stop leaves the requests not yet sent for the next run instead of burying them."""
         return self._keep_unsent
+
+    def _keeps(self, request: Request) -> bool:
+        """Whether a stop leaves ``request`` for the next run. Never an operator's requeue: the next run skips
+        its id by its dead record, so it is recorded with the stop's outcome instead (that record supersedes the
+        dead one, and is a dead letter to requeue again)."""
+        return self._keep_unsent and not request.requeue
 
     def _leave(self, requests: int) -> None:
         with self._lock:

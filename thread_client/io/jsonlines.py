@@ -8,11 +8,11 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..errors import OutputInUse
 
-__all__ = ["GroupCommit", "JsonLinesFile", "JsonLinesOutput", "json_objects"]
+__all__ = ["GroupCommit", "JsonLinesFile", "JsonLinesOutput", "json_objects", "objects_in"]
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,16 @@ def json_objects(path: Path, loads: Callable[[bytes], object] = json.loads) -> I
     if not path.exists():
         return
     with path.open("rb") as lines:
-        for line in lines:
-            try:
-                record = loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield record
+        yield from objects_in(lines, loads)
+
+
+def objects_in(lines: Iterable[bytes], loads: Callable[[bytes], object] = json.loads) -> Iterator[dict]:
+    """The JSON objects of ``lines``, each read by ``loads``; a line that is none (cut short by a crash) is
+    skipped."""
+    for line in lines:
+        try:
+            record = loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record

@@ -266,6 +266,7 @@ class ThreadSafeRateLimiter:
 
     def acquire(
         self, timeout: float | None = None, *, resend_of: Permit | None = None, costs: tuple[int, ...] | None = None,
+        settling: bool = False,
     ) -> Permit:
         """Block until a send is allowed and return its permit.
 
@@ -276,9 +277,10 @@ class ThreadSafeRateLimiter:
         order gate that waits on it; no new nonce is drawn, and SendOvertaken is raised if a later
         send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
         ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
-        is or gets closed; KeyPaused, at once, for a fresh send while the key is paused (a resend settles a send
-        that left before the pause: it is let through). A fresh nonce's block is reserved first, without the lock (a durable mark, a
-        store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
+        is or gets closed; KeyPaused, at once, for a fresh send while the key is paused. A resend, or a fresh send
+        that is ``settling`` one already out (a status ask), is let through a pause: a pause stops new work, never
+        the settling of a send that left before it. A fresh nonce's block is reserved first, without the lock (a
+        durable mark, a store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
         deadline = math.inf if timeout is None else self._clock() + timeout
         costs = self._usual_costs if costs is None else costs
@@ -290,7 +292,7 @@ class ThreadSafeRateLimiter:
                 while True:
                     if self._closed:
                         raise LimiterClosed(self.name)
-                    if self._paused_by and resend_of is None:
+                    if self._paused_by and resend_of is None and not settling:
                         raise KeyPaused(self.name)
                     with self._shared_locked():
                         delay = self._delay_until_free(now, costs, resend_of is not None)

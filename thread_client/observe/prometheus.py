@@ -94,6 +94,10 @@ class DaemonCollector(Collector):
             "thread_client_outage", "1 while the exchange answers nobody (no work taken, probes only).",
             value=int(status.outage.active),
         )
+        yield GaugeMetricFamily(
+            "thread_client_paused", "1 while the daemon is paused from the control API (no key takes work).",
+            value=int(status.paused),
+        )
         yield CounterMetricFamily(
             "thread_client_stale_connections", "Kept connections the server had closed, replaced before or by a resend.",
             value=snapshot.stale_connections,

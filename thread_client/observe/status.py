@@ -70,6 +70,7 @@ class DaemonStatus:
     oldest_ages: tuple[float, float] = (0.0, 0.0)
     bans: int = 0
     lease_takes: Mapping[str, int] = field(default_factory=dict)
+    paused: bool = False  # the daemon paused from the control API: no key takes work, on purpose
 
 
 #: Called with the histogram bucket bounds (seconds) a reader wants.

@@ -1,11 +1,14 @@
-// The operator's console: polls /api/v1/status every second and the dead letters every few seconds, and sends the
+// The operator's console: polls /api/v1/status every second and the dead letters every ten seconds while the tab is
+// shown (each page of them costs the daemon a read of what was added to its results file), and sends the
 // operator's commands with the control token. Every value from the daemon is shown with textContent, never parsed
 // as HTML: a request id or a server's message is text, whatever characters it holds.
 "use strict";
 
 (() => {
   const STATUS_EVERY_MS = 1000;
-  const DEAD_EVERY_MS = 3000;
+  const DEAD_EVERY_MS = 10000; // and at once after a command, a filter or a page change, or when the tab is shown
+  // Outcomes whose order may be at the exchange already: requeued only once the operator confirms that risk.
+  const DOUBLE_RISK = new Set(["unknown", "duplicate"]);
   const CHART_SPAN_S = 300; // the chart keeps about five minutes of points in memory
   const CHART_MIN_SPAN_S = 60; // and shows at least the last minute, so the first points are not a dot
   const DEAD_PAGE_SIZE = 50;
@@ -250,6 +253,10 @@
       actions.append(button("Requeue", "requeue", {deadId: item.id}));
       row.append(actions);
     }
+    const requeue = $('[data-action="requeue"]', row);
+    requeue.dataset.outcome = item.outcome;
+    requeue.disabled = Boolean(item.under_way);
+    requeue.title = item.under_way ? "Sent again already: that attempt has no final record yet" : "";
     setField(row, "outcome", item.outcome);
     setField(row, "detail", item.detail);
     setField(row, "at", at(item.at));
@@ -297,8 +304,13 @@
     $("#notice").textContent = text;
   }
 
-  function poll(load, everyMs) {
+  // Calls load every everyMs; with whileShown, only while the tab is shown (and at once when it is shown again).
+  function poll(load, everyMs, whileShown = false) {
     const step = async () => {
+      if (whileShown && document.hidden) {
+        setTimeout(step, everyMs);
+        return;
+      }
       try {
         await load();
       } catch (error) {
@@ -348,7 +360,8 @@
       return;
     }
     if (!answer.ok) {
-      notice(`Refused: ${result.error || answer.status}`);
+      const partly = result.requeued ? ` (requeued ${result.requeued} before that: ${result.ids.join(", ")})` : "";
+      notice(`Refused: ${result.error || answer.status}${partly}`);
       return;
     }
     notice(done(result));
@@ -366,11 +379,20 @@
     "pause-daemon": () => command("api/v1/pause", null, () => "The daemon takes no more work (in flight finishes)."),
     "resume-daemon": () => command("api/v1/resume", null, () => "The daemon takes work again."),
     "drain": () => $("#drain-dialog").showModal(),
-    "requeue": (target) => command("api/v1/dead/requeue", {ids: [target.dataset.deadId]},
-      (result) => `Requeued ${result.requeued}: ${result.ids.join(", ")}.`),
-    // No outcome chosen ("") asks for every requeueable one.
-    "requeue-filtered": () => command("api/v1/dead/requeue", {outcome: $("#dead-outcome").value},
-      (result) => `Requeued ${result.requeued} dead letters.`),
+    "requeue": (target) => {
+      const risky = DOUBLE_RISK.has(target.dataset.outcome);
+      if (risky && !confirmDoubleRisk(target.dataset.outcome)) return;
+      command("api/v1/dead/requeue", {ids: [target.dataset.deadId], may_double: risky},
+        (result) => `Requeued ${result.requeued}: ${result.ids.join(", ")}.`);
+    },
+    // No outcome chosen ("") asks for every one requeued by default (never unknown nor duplicate).
+    "requeue-filtered": () => {
+      const outcome = $("#dead-outcome").value;
+      const risky = DOUBLE_RISK.has(outcome);
+      if (risky && !confirmDoubleRisk(outcome)) return;
+      command("api/v1/dead/requeue", {outcome, may_double: risky},
+        (result) => `Requeued ${result.requeued} dead letters.`);
+    },
     "dead-next": () => {
       dead.cursors.push(dead.next);
       refreshDead().catch((error) => notice(error.message));
@@ -380,6 +402,15 @@
       refreshDead().catch((error) => notice(error.message));
     },
   };
+
+  function confirmDoubleRisk(outcome) {
+    return window.confirm(`An ${outcome} request's order may be at the exchange already: sent again, it may be ` +
+      "placed twice (unless the profile's [settle] asks the exchange first). Requeue anyway?");
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) refreshDead().catch(() => {});
+  });
 
   document.addEventListener("click", (event) => {
     const target = event.target.closest("button[data-action]");
@@ -413,5 +444,5 @@
       "its token file at start-up (--control-token-file).");
   }
   poll(loadStatus, STATUS_EVERY_MS);
-  poll(refreshDead, DEAD_EVERY_MS);
+  poll(refreshDead, DEAD_EVERY_MS, true);
 })();
