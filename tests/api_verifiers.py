@@ -1,4 +1,4 @@
-"""Verifiers built from four APIs' public docs (as of 2026-11): small HTTP servers that check what each API's
+"""Verifiers built from five APIs' public docs (as of 2026-11): small HTTP servers that check what each API's
 docs say a request must carry (its credential, its signature, its timestamp window) and answer with the bodies
 those docs show, so an example profile is shown to sign right without the live exchange.
 
@@ -27,11 +27,11 @@ from datetime import datetime, timezone
 from email.message import Message
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import jwt
 
-__all__ = ["API_ARGUMENTS", "Answer", "BybitLike", "CoinbaseAdvancedLike", "DocsApi", "GithubLike", "OkxLike",
+__all__ = ["API_ARGUMENTS", "Answer", "BinanceLike", "BybitLike", "CoinbaseAdvancedLike", "DocsApi", "GithubLike", "OkxLike",
            "Received", "Verifier"]
 
 
@@ -159,6 +159,72 @@ class BybitLike:
     @staticmethod
     def _error(code: int, message: str, now_ms: int) -> Answer:
         return Answer(200, {"retCode": code, "retMsg": message, "result": {}, "retExtInfo": {}, "time": now_ms})
+
+
+class BinanceLike:
+    """developers.binance.com/docs/binance-spot-api-docs, "SIGNED Endpoint security", "Timing security", "New
+    order", "Query order", "Error codes": the key in X-MBX-APIKEY; ``signature``, hex HMAC-SHA256 of the secret
+    over the total params (the query string without it, then the body), sent last; a ``timestamp`` (ms) taken
+    where ``timestamp < server time + 1000`` and ``server time - timestamp <= recvWindow`` (default 5000, at most
+    60000). ``POST /api/v3/order`` places an order under ``newClientOrderId`` (-2010 "Duplicate order sent." for
+    one it has); ``GET /api/v3/order`` finds one by ``symbol`` and ``origClientOrderId`` (-2013 if none). An id in
+    ``unknown_once`` is placed, its first answer -1007, "execution status unknown", as a backend timeout gives."""
+
+    time_path = "/api/v3/time"
+
+    def __init__(self, secrets: dict[str, str], unknown_once: frozenset[str] = frozenset()) -> None:
+        """``secrets``: each key's secret."""
+        self._secrets = secrets
+        self._unknown_once = set(unknown_once)
+        self._order_ids = itertools.count(28)
+        self.orders: dict[str, dict] = {}  # every order placed, by its client id
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(200, {"serverTime": now_ms})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        key = request.headers.get("X-MBX-APIKEY", "")
+        if key not in self._secrets:
+            return self._error(401, -2015, "Invalid API-key, IP, or permissions for action.")
+        unsigned, _, signature = request.query.rpartition("&signature=")
+        expected = hmac.new(self._secrets[key].encode(), unsigned.encode() + request.body, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(signature.lower(), expected):
+            return self._error(400, -1022, "Signature for this request is not valid.")
+        params = dict(parse_qsl(unsigned + ("&" if unsigned and request.body else "") + request.body.decode()))
+        stamp, window = params.get("timestamp", ""), params.get("recvWindow", "5000")
+        if not (stamp.isdigit() and window.isdigit() and int(window) <= 60_000
+                and int(stamp) < now_ms + 1000 and now_ms - int(stamp) <= int(window)):
+            return self._error(400, -1021, "Timestamp for this request is outside of the recvWindow.")
+        if (request.method, request.path) == ("GET", "/api/v3/order"):
+            return self._query(params)
+        if (request.method, request.path) == ("POST", "/api/v3/order"):
+            return self._place(params, now_ms)
+        return self._error(404, -1000, "Not found.")
+
+    def _place(self, params: dict[str, str], now_ms: int) -> Answer:
+        client_id = params.get("newClientOrderId") or f"x-{next(self._order_ids)}"
+        if client_id in self.orders:
+            return self._error(400, -2010, "Duplicate order sent.")
+        order = {"symbol": params.get("symbol", ""), "orderId": next(self._order_ids), "orderListId": -1,
+                 "clientOrderId": client_id, "transactTime": now_ms, "status": "FILLED", "side": params.get("side")}
+        self.orders[client_id] = order
+        if client_id in self._unknown_once:
+            self._unknown_once.discard(client_id)
+            return self._error(503, -1007, "Timeout waiting for response from backend server. Send status "
+                                           "unknown; execution status unknown.", accepted=True)
+        return Answer(200, order, accepted=True)
+
+    def _query(self, params: dict[str, str]) -> Answer:
+        if not params.get("symbol"):
+            return self._error(400, -1102, "Mandatory parameter 'symbol' was not sent, was empty/null, or malformed.")
+        order = self.orders.get(params.get("origClientOrderId", ""))
+        if order is None or order["symbol"] != params["symbol"]:
+            return self._error(400, -2013, "Order does not exist.")
+        return Answer(200, order)
+
+    @staticmethod
+    def _error(status: int, code: int, message: str, accepted: bool = False) -> Answer:
+        return Answer(status, {"code": code, "msg": message}, accepted)
 
 
 class CoinbaseAdvancedLike:
@@ -309,6 +375,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 #: Each API by its example's name: what it takes on the command line, and its builder from those arguments.
 API_ARGUMENTS = {
     "okx-like": ("KEY SECRET PASSPHRASE", lambda key, secret, passphrase: OkxLike({key: (secret, passphrase)})),
+    "binance-spot-like": ("KEY SECRET", lambda key, secret: BinanceLike({key: secret})),
     "bybit-like": ("KEY SECRET", lambda key, secret: BybitLike({key: secret})),
     "coinbase-advanced-like": ("KEY_NAME PUBLIC_KEY_PEM_FILE",
                                lambda name, pem: CoinbaseAdvancedLike({name: Path(pem).read_bytes()})),

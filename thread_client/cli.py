@@ -369,7 +369,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints,
                         server_clock=server_clock)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
-    admit = Endpoints(profile.request, config.limit_rules, profile.own_params).admit
+    endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params)
+    admit = endpoints.admit
     work = config.work_stream if config.from_stream else None
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
@@ -411,7 +412,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
             source = SyntheticSource(config.load)
         else:
             source = JsonLinesSource(config.source, follow=config.follow, state_dir=config.state_dir, resume=resume,
-                                     admit=admit)
+                                     admit=admit, client_id_param=endpoints.client_id_param)
         # Exactly-once: a send's journal line is on the disk before it leaves, and a request's final
         # record before its key's next send, so a restart after a power loss still knows what to settle.
         if config.results:
@@ -421,6 +422,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     return Daemon(
         config,
         source=source,
+        admit=admit,
         graveyard=Graveyard(config.graveyard),
         results=results,
         journal=journal,

@@ -15,7 +15,9 @@ from .cluster.work_stream import WorkStream
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .keys_file import KeyList, read_keys_file
+from .io.request_writer import header_fault
 from .io.sources import LOADS
+from .limits.keys import mask
 from .limits.order_rule import InvalidNonceCost
 from .limits.rules import MS_GUARD, LimitRule, memory_of
 from .profile import Profile, Secret, SignedParts, Signer, load_profile
@@ -179,6 +181,7 @@ class Config:
                 raise ConfigError(f"profile {profile.name}'s headers name {{{_field_of(name)}}}: key(s) number "
                                   f"{', '.join(map(str, lacking))} of the {self.keys_source} have none (a TOML keys "
                                   "file gives it: passphrase = ... or [key.extra])")
+        self._check_header_secrets()
         needs = ("signs requests" if profile.sign is not None else
                  "sends the key's secret in a header" if profile.request.names_secret else "")
         missing = [index + 1 for index, secret in enumerate(self.secrets or (None,) * len(self.keys)) if secret is None]
@@ -200,6 +203,21 @@ class Config:
                               f"again is refused once accepted), which profile {profile.name} cannot keep: it {why}; "
                               "it would need a [settle] endpoint to ask the exchange instead, so only at-least-once "
                               "applies")
+
+    def _check_header_secrets(self) -> None:
+        """Each secret the profile's headers carry (``{secret}``, ``{passphrase}``, ``{extra.NAME}``) must fit in
+        a header: Latin-1 text on one line. Named by the key's masked name, never by its value."""
+        request = self.profile.request
+        carried = (["secret"] if request.names_secret else []) + sorted(request.extras_named)
+        for index, key in enumerate(self.keys):
+            secrets = {**self.extras_of(key), "secret": self.secrets[index] if self.secrets else None}
+            for name in carried:
+                secret = secrets.get(name)
+                fault = header_fault(secret.reveal()) if secret is not None else ""
+                if fault:
+                    what = name if name in ("secret", "passphrase") else f"extra secret {name}"
+                    raise ConfigError(f"key {mask(key)} of the {self.keys_source}: its {what} {fault}, and "
+                                      f"profile {self.profile.name}'s headers carry it")
 
     @property
     def limit_rules(self) -> tuple[LimitRule, ...]:

@@ -58,16 +58,20 @@ def read_json(raw: bytes | str) -> object:
     return json.loads(raw, parse_float=Number, parse_int=Number, parse_constant=_no_constant)
 
 
-def json_text(value: object) -> str:
-    """``value`` as compact JSON, as ``json.dumps`` writes it, save that a ``Number`` keeps its own text: what
-    ``read_json`` reads back to the same values."""
+def json_text(value: object, *, separators: tuple[str, str] = (",", ":"), ensure_ascii: bool = True) -> str:
+    """``value`` as JSON, as ``json.dumps`` writes it with these ``separators`` and ``ensure_ascii``, save that a
+    ``Number`` keeps its own text: what ``read_json`` reads back to the same values."""
     if isinstance(value, Number):
         return str.__str__(value)
+    item, key = separators
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(str(name))}:{json_text(item)}" for name, item in value.items()) + "}"
+        return "{" + item.join(f"{json.dumps(str(name), ensure_ascii=ensure_ascii)}{key}"
+                               f"{json_text(part, separators=separators, ensure_ascii=ensure_ascii)}"
+                               for name, part in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(map(json_text, value)) + "]"
-    return json.dumps(value)
+        return "[" + item.join(json_text(part, separators=separators, ensure_ascii=ensure_ascii)
+                               for part in value) + "]"
+    return json.dumps(value, ensure_ascii=ensure_ascii)
 
 
 def _no_constant(name: str) -> object:

@@ -12,22 +12,23 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from api_verifiers import Answer, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Verifier
+from api_verifiers import Answer, BinanceLike, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Verifier
 from conftest import ROOT, run_client
 
 PROFILES = ROOT / "examples" / "profiles"
 
 
-def run_example(verifier: Verifier, tmp_path: Path, profile: str, keys: str, *params: str,
+def run_example(verifier: Verifier, tmp_path: Path, profile: str | Path, keys: str, *params: str,
                 keys_name: str = "keys.txt") -> dict:
     """Send one request per ``params`` (a JSON object's text, as an input line writes it) with the example
-    ``profile`` and the keys file ``keys`` (TOML where ``keys_name`` ends in .toml); the run's summary."""
+    ``profile`` (by name, or a file) and the keys file ``keys`` (TOML where ``keys_name`` ends in .toml); the
+    run's summary."""
     keys_path = tmp_path / keys_name
     keys_path.write_text(keys)
     keys_path.chmod(0o600)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(f'{{"id": "order-{n}", "params": {text}}}\n' for n, text in enumerate(params)))
-    result, summary = run_client(verifier, tmp_path, "--profile", str(PROFILES / f"{profile}.toml"), "--keys-file",
+    result, summary = run_client(verifier, tmp_path, "--profile", str(PROFILES / f"{profile}.toml" if isinstance(profile, str) else profile), "--keys-file",
                                  str(keys_path), "--source", str(source))
     assert summary["identity_holds"], result.stdout + result.stderr
     return summary
@@ -153,3 +154,22 @@ def test_coinbase_advanced_like_signed_with_another_key_is_unauthorized(tmp_path
         summary = run_example(verifier, tmp_path, "coinbase-advanced-like", coinbase_keys(other), *COINBASE_ORDERS,
                               keys_name="keys.toml")
     assert {answer.body for answer in assert_refused(summary, verifier)} == {"Unauthorized"}
+
+
+def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_the_order_s_symbol(tmp_path):
+    """-1007 "execution status unknown" on an order Binance did place: the daemon asks GET /api/v3/order by the
+    order's symbol (mandatory there) and client id, finds it, and ends it accepted: one order at the exchange.
+    The example as it is, but for its limits' windows (a minute, 10 s), cut to 1 s: a run waits one out at start."""
+    profile = tmp_path / "binance-spot-like.toml"
+    text = (PROFILES / "binance-spot-like.toml").read_text()
+    profile.write_text(text.replace("period_ms = 60000", "period_ms = 1000").replace("period_ms = 10000",
+                                                                                      "period_ms = 1000"))
+    binance = BinanceLike({"vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A": "binance-secret-1"},
+                          unknown_once=frozenset({"order-0"}))
+    with Verifier(binance) as verifier:
+        summary = run_example(verifier, tmp_path, profile,
+                              "vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A binance-secret-1\n",
+                              '{"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}')
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert list(binance.orders) == ["order-0"] and [sent.method for sent in verifier.accepted] == ["POST"]
+    assert verifier.refused == [Answer(200, binance.orders["order-0"])]  # the status ask's answer: found

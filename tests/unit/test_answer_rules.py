@@ -19,6 +19,7 @@ from thread_client.config import Config
 from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import ConfigError
 from thread_client.policy.answers import AnswerTable, Outcome
+from thread_client.policy.retry import KeyStep, RetryPolicy
 from thread_client.profile import Secret, load_profile, profile_toml, read_profile
 from thread_client.profile.command import profile_main
 
@@ -70,6 +71,16 @@ def test_a_field_may_be_required_absent():
     assert rules.classify(200, b"not json {", "7").outcome is Outcome.BAD_ANSWER  # no JSON: no field is read
 
 
+
+def test_a_boolean_matches_only_a_boolean_never_1_or_0():
+    """``true == 1`` in Python: an exchange's ``"ok": 1`` (or a code 0) must not read as a rule's ``equals = true``
+    (or ``false``), nor a ``true`` as ``equals = 1``."""
+    rules = table('[[answers.rule]]\nstatus = 400\nfield = "code"\nequals = 1\noutcome = "rejected"\n')
+    assert rules.classify(200, body({"ok": True}), "7").outcome is Outcome.ACCEPTED
+    assert rules.classify(200, body({"ok": 1}), "7").outcome is Outcome.BAD_ANSWER
+    assert rules.classify(400, body({"code": 1}), "7").outcome is Outcome.REJECTED
+    assert rules.classify(400, body({"code": True}), "7").outcome is not Outcome.REJECTED
+
 # -- predicates on headers ----------------------------------------------------------------
 
 
@@ -113,7 +124,8 @@ def test_ambiguous_and_duplicate_are_outcomes_a_rule_may_name():
     ("ms", "2500", 2.5),
     ("epoch-s", str(int(NOW) + 30), 30.0),
     ("epoch-ms", str(int(NOW * 1000) + 4000), 4.0),
-    ("epoch-s", str(int(NOW) - 30), 0.0),  # a time gone by: at once
+    ("epoch-s", str(int(NOW) - 30), 1.0),  # a time gone by (the server's clock behind ours): a short pause
+    ("date", email.utils.formatdate(NOW - 5, usegmt=True), 1.0),
     ("date", email.utils.formatdate(NOW + 60, usegmt=True), 60.0),
     ("date", "2025-11-25T06:11:00Z", 60.0),  # NOW is 2025-11-25T06:10:00Z
     ("s", "soon", None),
@@ -215,6 +227,15 @@ def test_the_kraken_like_profile_waits_out_a_throttle_until_the_time_it_names():
     assert reading.outcome is Outcome.UNAVAILABLE and reading.retry_after == pytest.approx(9.0)
 
 
+def test_a_throttle_time_our_clock_has_passed_still_pauses_the_key():
+    """Our wall clock 4 s ahead of Kraken's: read as 0, the throttled request came back at once, no pause, no retry
+    spent, for as long as the clocks disagree."""
+    reading = AnswerTable(load_profile(KRAKEN), wall=lambda: NOW + 4).classify(
+        200, body({"error": [f"EService: Throttled: {int(NOW)}"]}), "7")
+    action = RetryPolicy().decide(reading.outcome, 0, reading.retry_after)
+    assert (action.key, action.key_delay) == (KeyStep.PAUSE, 1.0)
+
+
 def test_the_kraken_like_profile_says_any_authenticated_request_spends_a_nonce():
     assert load_profile(KRAKEN).nonce.spent_by == "any-authenticated"
     assert load_profile().nonce.spent_by == "accepted"  # the reference contract's
@@ -246,3 +267,15 @@ def test_exactly_once_is_kept_where_only_an_accept_spends_a_nonce():
         Config(keys=KEYS[:1], secrets=secret, profile=kraken, delivery=EXACTLY_ONCE, threads_per_key=1)
     accepted_only = dataclasses.replace(kraken, nonce=dataclasses.replace(kraken.nonce, spent_by="accepted"))
     assert Config(keys=KEYS[:1], secrets=secret, profile=accepted_only, delivery=EXACTLY_ONCE, threads_per_key=1)
+
+
+def test_exactly_once_is_kept_where_a_settle_endpoint_asks_the_exchange_whatever_the_nonce_proves():
+    """A timestamp proves nothing of a first copy's fate, but a profile with a [settle] endpoint asks the
+    exchange instead: exactly-once holds for it (Binance's order status by client id)."""
+    binance = load_profile(str(ROOT / "examples" / "profiles" / "binance-spot-like.toml"))
+    assert not binance.nonce.proves_acceptance and binance.settle is not None
+    secret = (Secret("binance secret"),)
+    assert Config(keys=KEYS[:1], secrets=secret, profile=binance, delivery=EXACTLY_ONCE, threads_per_key=1)
+    with pytest.raises(ConfigError, match="timestamp-ms, which the exchange would take twice"):
+        Config(keys=KEYS[:1], secrets=secret, profile=dataclasses.replace(binance, settle=None), delivery=EXACTLY_ONCE,
+               threads_per_key=1)

@@ -12,12 +12,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from api_verifiers import BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Received
+from api_verifiers import BinanceLike, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Received
 from conftest import ROOT
 from thread_client.io.request_writer import RequestWriter
 from thread_client.profile import Secret, Signer, load_profile
 
 STAMP_MS = 1_764_051_065_123  # when the request is stamped, on the server's clock
+ORDER = {"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}
 
 
 def written(example: str, key: str, secret: str, params: dict, **extras: str) -> Received:
@@ -63,6 +64,25 @@ def test_bybit_like_refuses_another_secret_or_body_as_an_error_sign():
     request = written("bybit-like", "K", "s3cret", {"category": "spot", "qty": "2"})
     assert bybit.answer(tampered(request), STAMP_MS).body["retCode"] == 10004
     assert bybit.answer(written("bybit-like", "K", "other", {"qty": "2"}), STAMP_MS).body["retCode"] == 10004
+
+
+@pytest.mark.parametrize("server_ms, code", [(STAMP_MS, None), (STAMP_MS + 5000, None), (STAMP_MS + 5001, -1021),
+                                             (STAMP_MS - 999, None), (STAMP_MS - 1000, -1021)])
+def test_binance_spot_like_within_the_receive_window_only(server_ms, code):
+    answer = BinanceLike({"K": "s3cret"}).answer(written("binance-spot-like", "K", "s3cret", ORDER), server_ms)
+    assert answer.body.get("code") == code and answer.accepted is (code is None)
+
+
+def test_binance_spot_like_refuses_another_secret_and_finds_an_order_only_by_its_symbol():
+    binance = BinanceLike({"K": "s3cret"})
+    assert binance.answer(written("binance-spot-like", "K", "other", ORDER), STAMP_MS).body["code"] == -1022
+    assert binance.answer(written("binance-spot-like", "K", "s3cret", ORDER), STAMP_MS).accepted
+    again = binance.answer(written("binance-spot-like", "K", "s3cret", ORDER), STAMP_MS)
+    assert again.body == {"code": -2010, "msg": "Duplicate order sent."}
+    asked = {"origClientOrderId": "o1"}
+    for params, code in ((asked, -1102), ({**asked, "symbol": "ETHUSDT"}, -2013), ({**asked, "symbol": "BTCUSDT"}, None)):
+        status = dataclasses.replace(written("binance-spot-like", "K", "s3cret", params), method="GET")
+        assert binance.answer(status, STAMP_MS).body.get("code") == code, params
 
 
 def test_coinbase_advanced_like_takes_a_token_for_this_request_once_from_this_key_only():

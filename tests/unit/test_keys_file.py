@@ -3,6 +3,8 @@ into the header templates that name them, never shown; either form refused when 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import KEYS
@@ -71,7 +73,10 @@ def test_a_key_without_the_extra_its_profile_s_headers_name_is_refused_at_start(
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o602, 0o610])
-@pytest.mark.parametrize("name, text", [("keys.toml", TOML_KEYS), ("keys.txt", f"{KEYS[0]} s3cret-one desk-a\n")])
+@pytest.mark.parametrize("name, text", [
+    ("keys.toml", TOML_KEYS), ("keys.txt", f"{KEYS[0]} s3cret-one desk-a\n"),
+    ("keys.toml", f'[[key]]\nkey = "{KEYS[0]}"\npassphrase = "pass-one"\n'),  # a passphrase is a secret too
+], ids=["toml", "columns", "passphrase-only"])
 def test_either_form_holding_secrets_is_refused_in_one_line_when_group_or_others_may_use_it(tmp_path, capsys, mode,
                                                                                            name, text):
     path = keys_file(tmp_path, text, mode, name)
@@ -98,3 +103,25 @@ def test_a_toml_keys_file_s_errors_name_the_line_and_never_a_value(tmp_path, tex
         load_keys(str(path))
     assert str(raised.value).startswith(f"keys file {path}:{line}: ") and words in str(raised.value)
     assert not any(secret in str(raised.value) for secret in (*SECRETS, KEYS[0]))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("passphrase", "pass-€", "its passphrase is not Latin-1 text"),
+    ("secret", "s3cret\nX-Injected: 1", "its secret holds a line break"),
+])
+def test_a_secret_a_header_carries_that_no_header_can_hold_is_refused_at_start_in_one_line(tmp_path, capsys, field,
+                                                                                          value, words):
+    """A header takes Latin-1 text on one line: a secret or passphrase that is not, or holds a line break (which
+    would inject a header), is refused at start naming the key's masked name, never the value, not a traceback at
+    the first key's writer."""
+    profile = tmp_path / "bearer.toml"
+    profile.write_text('[request]\nheaders = { "X-Passphrase" = "{passphrase}", Authorization = "Bearer {secret}" }\n')
+    fields = {"secret": "s3cret-one", "passphrase": "pass-one", field: value}
+    path = keys_file(tmp_path, f'[[key]]\nkey = "{KEYS[0]}"\nsecret = {json.dumps(fields["secret"])}\n'
+                               f'passphrase = {json.dumps(fields["passphrase"])}\n')
+    with pytest.raises(SystemExit) as exited:
+        build_config(["--keys-file", str(path), "--profile", str(profile)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"key {KEYS[0][:4]}...{KEYS[0][-4:]} of the keys file {path}: {words}" in err, err
+    assert value not in err and value.splitlines()[0] not in err and KEYS[0] not in err

@@ -239,6 +239,20 @@ DOCUMENTED_ANSWERS = [
     ("bybit-like", 200, {"retCode": 110007, "retMsg": "ab not enough for new order", "result": {}}, {}, "rejected"),
     ("bybit-like", 200, {"retCode": 110072, "retMsg": "OrderLinkedID is duplicate", "result": {}}, {}, "duplicate"),
     ("bybit-like", 200, {"retCode": 10000, "retMsg": "Server Timeout", "result": {}}, {}, "ambiguous"),
+    # A 0 that names no orderLinkId, or another: something was placed, never proven refused (issue 33's review).
+    ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {}}, {}, "ambiguous"),
+    ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {"orderId": "1", "orderLinkId": ""}}, {},
+     "ambiguous"),
+    # A 5xx to an order may have placed it (a gateway's 502, Cloudflare's 524 in front of Kraken).
+    ("bybit-like", 502, {}, {}, "ambiguous"),
+    ("okx-like", 502, {}, {}, "ambiguous"),
+    ("kraken-like", 524, {"error": []}, {}, "ambiguous"),
+    # Kraken lists "EGeneral:Internal error" among the errors that leave an order's status unknown.
+    ("kraken-like", 200, {"error": ["EGeneral:Internal error"]}, {}, "ambiguous"),
+    # -2010 is Binance's generic "new order rejected": only "Duplicate order sent." says the client id was seen.
+    ("binance-spot-like", 400, {"code": -2010, "msg": "Account has insufficient balance for requested action."}, {},
+     "rejected"),
+    ("binance-spot-like", 400, {"code": -2010, "msg": "Duplicate order sent."}, {}, "duplicate"),
     ("coinbase-advanced-like", 200, {"success": True, "success_response": {"order_id": "9", "client_order_id": "o1"}},
      {}, "accepted"),
     ("coinbase-advanced-like", 200, {"success": False, "error_response": {

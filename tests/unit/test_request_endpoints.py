@@ -212,3 +212,12 @@ def test_the_earlier_run_s_last_send_is_settled_at_its_own_endpoint_and_cost():
     worker._guarded(earlier, lambda: worker._settle_earlier_send(earlier, 1_600_000_000_000_000))
     assert transport.calls == [Call(1_600_000_000_000_000, "o2", {}, "POST", "/api/order")]
     assert limiter.costs == [(4,)] and queues.counts().accepted == 1
+
+
+def test_a_line_without_the_profile_s_client_id_param_is_sent_with_its_id_there():
+    """The exchange knows the order by its client id: every send of a line that names none (a retry, a send after
+    a restart) must carry the same one, the request's id, so the profile's param is added as the line is read."""
+    profile = read_profile('[request]\nclient_id = "clOrd"\n', "orders.toml")
+    endpoints = Endpoints(profile.request, profile.limits, profile.own_params)
+    assert endpoints.admit(Work("a", {"x": "1"}, where="line 1")) == Work("a", {"x": "1", "clOrd": "a"}, where="line 1")
+    assert endpoints.admit(Work("b", {"clOrd": "C-7"}, where="line 2")) == Work("b", {"clOrd": "C-7"}, where="line 2")

@@ -25,7 +25,7 @@ from thread_client.io.sources import JsonLinesSource
 from thread_client.limits.keys import HostKeyPool
 from thread_client.parts import Answer
 from thread_client.policy.retry import RetryPolicy
-from thread_client.request import Request
+from thread_client.request import FinalOutcome, Request
 from thread_client.resumability import NOT_RESUMABLE, Resumability
 from thread_client.selectable_event import SelectableEvent
 from thread_client.limits.scopes import RuleScopes
@@ -294,3 +294,41 @@ def test_a_last_line_that_gains_its_newline_is_still_the_same_line():
     that line, recorded invalid before, for another line and record it a second time."""
     assert line_digest(b"not json") == line_digest(b"not json\n") == line_digest(b"not json\r\n")
     assert line_digest(b"not json") != line_digest(b"not json!")
+
+
+@pytest.mark.parametrize("body", [b'{"status":"OK","req_id":"r1","qty":1e400}',
+                                  b'{"status":"OK","req_id":"r1","avg":NaN}'])
+def test_an_accepted_record_whose_answer_holds_no_json_number_is_done_on_restart(tmp_path, body):
+    """An answer's 1e400 or NaN must not make the record unreadable: a restart would skip it as torn and send the
+    accepted request again."""
+    path = str(tmp_path / "results.jsonl")
+    journal, results = SendJournal(path), Results(path)
+    request = Request("r1", 0.0)
+    journal.sending(request, "keyid", 17)
+    request.note_attempt("k", 17, 200, body)
+    results.record(request, FinalOutcome.ACCEPTED)
+    results.close()
+    journal.close()
+    resume = ResumePoint(path, tmp_path)
+    assert "r1" in resume.skip and "r1" not in resume.resumed
+
+
+@pytest.mark.parametrize("line", ['{"id":"r1","outcome":"accepted","body":{"avg":NaN}}',
+                                  '{"id":"r1","outcome":"accepted","body":{"qty":Infinity}}'])
+def test_a_record_an_earlier_version_wrote_with_nan_is_still_done(tmp_path, line):
+    """Records written before answers kept their numbers' text may hold NaN or Infinity: still final records."""
+    (tmp_path / "results.jsonl").write_text(line + "\n")
+    (tmp_path / "results.jsonl.sent").write_text('{"id":"r1","key":"keyid","nonce":17,"params":{}}\n')
+    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path)
+    assert "r1" in resume.skip and "r1" not in resume.resumed
+
+
+def test_a_record_keeps_the_answers_numbers_as_the_exchange_wrote_them(tmp_path):
+    """0.00001 in the exchange's answer stays 0.00001 in the record, never 1e-05."""
+    path = tmp_path / "results.jsonl"
+    results = Results(str(path))
+    request = Request("r1", 0.0)
+    request.note_attempt("k", 17, 200, b'{"price":0.00001,"qty":1E+3,"n":7}')
+    results.record(request, FinalOutcome.ACCEPTED)
+    results.close()
+    assert '"body": {"price": 0.00001, "qty": 1E+3, "n": 7}' in path.read_text()

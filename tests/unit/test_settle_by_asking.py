@@ -14,6 +14,7 @@ from fakes import Call, answer, ok, server_error
 from test_worker_paths import BOUND, FIRST, Rig
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, ResetAfterSend
+from thread_client.limits.limiter import PausedBy
 from thread_client.policy.answers import AnswerTable
 from thread_client.policy.order_status import Finding, StatusTable
 from thread_client.profile import load_profile
@@ -36,8 +37,13 @@ def asked(client_id: str, nonce: int) -> Call:
     return Call(nonce, "", {"clientId": client_id}, "GET", "/api/order")
 
 
+#: How long a copy may be accepted after its send ended (the reference profile has no receive window: the HTTP
+#: timeout): short here, so a not-found is trusted after a short wait.
+DOUBT = 0.01
+
+
 def rig(*steps, delivery: Delivery = AT_LEAST_ONCE) -> Rig:
-    return Rig(*steps, delivery=delivery, answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
+    return Rig(*steps, delivery=delivery, answers=AnswerTable(PROFILE), status=StatusTable(PROFILE, DOUBT))
 
 
 def orders(calls: list[Call]) -> list[Call]:
@@ -60,12 +66,13 @@ def test_a_send_in_doubt_that_the_exchange_has_is_accepted_with_one_order(doubt,
 
 
 def test_a_send_the_exchange_does_not_have_is_sent_again_once_under_the_same_client_id():
-    r = rig(AnswerTimedOut("timed out"), NOT_FOUND, ok("r1"))
+    r = rig(AnswerTimedOut("timed out"), NOT_FOUND, NOT_FOUND, ok("r1"))
     r.submit("r1")
     r.handle_next()
     assert r.queues.counts().dlq == 1  # retried as the timeout it was, now that the exchange says it has none
     r.handle_next()
-    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1), Call(FIRST + 2, "r1")]
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1), asked("r1", FIRST + 2),
+                                 Call(FIRST + 3, "r1")]  # none found twice, the last once no copy could be taken
     counts = r.queues.counts()
     assert (counts.accepted, counts.graveyard) == (1, 0)
     r.assert_clean()
@@ -134,3 +141,34 @@ def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_
     assert r.transport.calls == [asked("r1", FIRST), Call(FIRST + 1, "r2")]  # never the journaled nonce again
     assert (earlier.ambiguous, earlier.failures) == (1, 0)
     r.assert_clean()
+
+
+@pytest.mark.parametrize("by", list(PausedBy), ids=lambda by: by.value)
+def test_a_pause_while_a_send_is_in_doubt_lets_its_status_asks_through(by):
+    """A pause stops new work, never the settling of a send already out: the order may have been placed, and
+    only the asks can tell (a pause that ended it ``unknown`` left a possible order unaccounted for)."""
+    def paused_while_out(*_: object) -> object:
+        r.key.limiter.pause(by)  # the operator pauses the key (or the daemon) while this send is out
+        return EXECUTION_UNKNOWN
+
+    r = rig(paused_while_out, found("r1"), delivery=EXACTLY_ONCE)
+    r.submit("r1")
+    r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]
+    assert (r.queues.counts().accepted, r.queues.graveyard.by_outcome()) == (1, {})
+    r.assert_clean()
+
+
+def test_the_earlier_runs_send_is_settled_by_asking_on_a_key_paused_before_it_starts():
+    """A pause taken before the worker settles the earlier run's send holds back new work only."""
+    earlier = Request("r1", time.monotonic(), resumed=True)
+    r = Rig(found("r1"), delivery=EXACTLY_ONCE, earlier_send=(earlier, FIRST - 5),
+            answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
+    r.key.limiter.pause(PausedBy.DAEMON)
+    r.worker.start()
+    wait_for(lambda: r.queues.counts().accepted + r.queues.counts().graveyard == 1, timeout=BOUND)
+    r.stop_taking()
+    r.worker.join(BOUND)
+    assert not r.worker.is_alive() and r.worker.failure is None
+    assert r.transport.calls == [asked("r1", FIRST)]
+    assert (r.queues.counts().accepted, r.queues.graveyard.by_outcome()) == (1, {})

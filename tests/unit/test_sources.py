@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from conftest import ROOT
 from thread_client.errors import StateNotWritten
 from thread_client.exits import OUTPUT_FAILED
 from thread_client.flow.producer import Producer
@@ -21,6 +22,8 @@ from thread_client.io.results import Results, final_record
 from thread_client.io.resume import ResumePoint
 from thread_client.io.seen_ids import SeenIds
 from thread_client.io.sources import JsonLinesSource
+from thread_client.profile import read_profile
+from thread_client.profile.endpoints import Endpoints
 from thread_client.request import MAX_LINE_BYTES, FinalOutcome, InvalidInput, Request, Work, parse_line
 from thread_client.selectable_event import SelectableEvent
 
@@ -364,3 +367,22 @@ def test_a_named_pipe_no_writer_has_opened_yet_does_not_keep_a_stop_waiting(tmp_
     assert not reader.is_alive()
     idle.close()
     stop.close()
+
+
+def test_a_client_id_repeated_in_one_run_is_invalid_input_and_one_not_a_string_too(tmp_path):
+    """Two lines under one client id (its param apart from the id): the exchange refuses the second order, and a
+    status ask would find the first's, so the second would read accepted. A client id of true or null names no
+    order at all."""
+    text = (ROOT / "examples" / "profiles" / "reference-orders.toml").read_text()
+    profile = read_profile(text.replace('client_id = "req_id"', 'client_id = "clOrd"'), "orders.toml")
+    endpoints = Endpoints(profile.request, profile.limits, profile.own_params)
+    source_file = tmp_path / "in.jsonl"
+    source_file.write_text('{"id": "a", "params": {"clOrd": "X"}}\n{"id": "b", "params": {"clOrd": "X"}}\n'
+                           '{"id": "X"}\n{"id": "c", "params": {"clOrd": true}}\n{"id": "d", "params": {"clOrd": 7}}\n')
+    source = JsonLinesSource(str(source_file), state_dir=str(tmp_path), admit=endpoints.admit,
+                             client_id_param=endpoints.client_id_param)
+    items = list(source.read(threading.Event()))
+    source.close()
+    assert [(item.id, type(item).__name__) for item in items] == [
+        ("a", "Work"), ("b", "InvalidInput"), ("X", "InvalidInput"), ("c", "InvalidInput"), ("d", "Work")]
+    assert items[1].reason == "client id 'X' of an earlier line" and "must be a string" in items[3].reason

@@ -11,6 +11,7 @@ import pytest
 
 from thread_client.errors import AnswerTimedOut, ConnectFailed, ResetAfterSend, SendFenced, StaleConnection
 from thread_client.io.transport import HttpTransport, endpoint_of, idle_limit, parse_retry_after
+from thread_client.policy.retry_time import PAST_TIME_PAUSE
 
 
 @pytest.mark.parametrize("url, endpoint", [
@@ -30,7 +31,8 @@ def test_retry_after_in_seconds_or_as_an_http_date():
     assert parse_retry_after("-3") == 0.0
     now = 1_800_000_000.0
     assert parse_retry_after(email.utils.formatdate(now + 90, usegmt=True), now=now) == pytest.approx(90)
-    assert parse_retry_after(email.utils.formatdate(now - 90, usegmt=True), now=now) == 0.0
+    # A date our clock has passed: the server's clock is behind ours; read as 0 it would be asked again at once.
+    assert parse_retry_after(email.utils.formatdate(now - 90, usegmt=True), now=now) == PAST_TIME_PAUSE
     for unreadable in (None, "", "soon", "inf", "nan", "Sun, 99 Foo 2026 00:00:00",
                        "Fri, 31 Dec 99999999999999999999 23:59:59 GMT"):  # a year no clock can hold
         assert parse_retry_after(unreadable) is None

@@ -69,6 +69,7 @@ class Rig:
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
         late_answers: LateAnswers | None = None, reserve: Reserve | None = None, connects: Iterable[Connect] = (),
         nonce_refused_again: bool = True, answers: AnswerTable | None = None, status: StatusTable | None = None,
+        on_ban: Callable[[float | None], float] = lambda retry_after: 0.0,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
@@ -89,7 +90,7 @@ class Rig:
             delivery=delivery, on_key_retired=lambda key, detail: self.retired.append(detail), journal=journal,
             on_stop=lambda reason, message: self.stopped.append(reason),
             late_answers=late_answers, nonce_refused_again=nonce_refused_again, answers=answers, status=status,
-            earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
+            on_ban=on_ban, earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
         )
 
     def another_worker(self, transport: ScriptedTransport) -> Worker:

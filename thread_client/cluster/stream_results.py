@@ -3,7 +3,6 @@ exactly-once journal of sends kept beside them in the store."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -14,7 +13,7 @@ from .. import defaults
 from ..delivery import AT_LEAST_ONCE, Delivery
 from ..errors import EntryTakenOver, KeyNotHeld, StoreUnavailable
 from ..io.results import final_record
-from ..request import Request
+from ..request import Request, json_text
 from ..threads import LoopThread, ManagedThread
 from .address import store_call
 from .scripts import Scripts
@@ -150,7 +149,7 @@ def _record_text(record: dict) -> str:
     """``record`` as JSON that is valid UTF-8 for the store and any strict reader: JSON admits a lone surrogate (an
     answer's ``"\\ud800"``, or a request's bytes that are not UTF-8, read as escapes), UTF-8 does not; each
     becomes U+FFFD (a pair stays the character it encodes)."""
-    text = json.dumps(record, ensure_ascii=False)
+    text = json_text(record, separators=(", ", ": "), ensure_ascii=False)  # the answer's numbers as written
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 

@@ -208,6 +208,8 @@ class Worker(ManagedThread):
 
     def _handle(self, request: Request) -> None:
         self._costs = self._costs_of(request)
+        if request.resumed and not request.attempts and self._status is not None and not self._not_placed(request):
+            return
         if not self._connect(request):
             return
         permit = self._acquire(request)
@@ -440,12 +442,7 @@ class Worker(ManagedThread):
         the request concludes with what the asks settled."""
         self.key.limiter.give_up_order(sent)
         client_id = self._status.client_id(request)
-        try:
-            finding, words = self._ask_until_known(client_id, duplicate=reading.outcome is Outcome.DUPLICATE)
-        except Exception:
-            log.exception("%s: settling request %s by asking for client id %s failed", self.key.name,
-                          request.req_id, client_id)
-            finding, words = Finding.UNKNOWN, f"asking for client id {client_id} failed"
+        finding, words = self._ask_safely(request, client_id, duplicate=reading.outcome is Outcome.DUPLICATE)
         if finding is not Finding.NOT_FOUND:
             if reading.outcome.ambiguous:
                 request.ambiguous += 1
@@ -460,45 +457,83 @@ class Worker(ManagedThread):
                                             .lstrip("; "))
         return Reading(Outcome.UNKNOWN, f"{words} before client id {client_id} was settled")
 
-    def _ask_until_known(self, client_id: str, duplicate: bool) -> tuple[Finding, str]:
+    def _not_placed(self, request: Request) -> bool:
+        """At-least-once after a crash: ``request`` was sent by the earlier run, and its answer was lost with it.
+        Ask the exchange before any resend: True if it has no such order (send it); else the request is
+        concluded, accepted if found, ``unknown`` if the asks could not tell."""
+        client_id = self._status.client_id(request)
+        asked_at = self._clock()
+        finding, words = self._ask_safely(request, client_id, duplicate=False)
+        if finding is Finding.NOT_FOUND:
+            return True
+        reading = Reading(Outcome.ACCEPTED, f"found at the exchange by client id {client_id}") if (
+            finding is Finding.FOUND) else Reading(Outcome.UNKNOWN, f"{words} before client id {client_id} was settled")
+        self._conclude(request, reading, None, asked_at)
+        return False
+
+    def _ask_safely(self, request: Request, client_id: str, duplicate: bool) -> tuple[Finding, str]:
+        """``_ask_until_known`` about a send of ``request`` that ended now; ``unknown`` if anything raises."""
+        try:
+            return self._ask_until_known(request, duplicate, self._clock() + self._status.doubt_lasts)
+        except Exception:
+            log.exception("%s: settling request %s by asking for client id %s failed", self.key.name,
+                          request.req_id, client_id)
+            return Finding.UNKNOWN, f"asking for client id {client_id} failed"
+
+    def _ask_until_known(self, request: Request, duplicate: bool, doubt_ends: float) -> tuple[Finding, str]:
         """The loop of ``_settle_by_asking``: ask until the status answer finds the order or finds none (for
-        a ``duplicate``, until it is found), and return the finding with its words. An answer that says
-        neither is read as any answer is, for what it says of the key (a strike holds it, a Retry-After
-        pauses it, 401 or 403 retires it), and asked again after a backoff; these asks spend a retry budget
-        of their own, charged as the policy charges a request's. ``unknown`` once it is spent."""
-        asked = spent = 0  # asks made; asks that spent the budget
+        a ``duplicate``, until it is found), and return the finding with its words. None found is trusted only
+        from an ask that left once the send's copy can no longer be accepted (``doubt_ends``, on this worker's
+        clock), after an earlier ask found none too (docs/api/settle.md); until then the order is asked about
+        again at that time, at no cost. An answer that says neither is read as any answer is, for what it says
+        of the key (a ban holds the host, a strike holds it, a Retry-After pauses it, 401 or 403 retires it),
+        and asked again after a backoff; these asks spend a retry budget of their own, charged as the policy
+        charges a request's (refusals that cost nothing, a lost nonce bet say, count as its unsent attempts).
+        ``unknown`` once it is spent, or if a stop comes while waiting for ``doubt_ends``."""
+        asked = spent = free = none_found = 0  # asks made; that spent the budget; that cost nothing; found none
         while True:
             if asked:
                 self.key.limiter.hold(self._policy.backoff(asked))
             asked += 1
-            finding, reading, retry_after = self._ask_status(client_id)
-            if finding is Finding.FOUND or finding is Finding.NOT_FOUND and not duplicate:
+            asked_at = self._clock()
+            finding, reading, retry_after = self._ask_status(request)
+            if finding is Finding.NOT_FOUND and not duplicate:
+                if none_found and asked_at >= doubt_ends:
+                    return finding, reading.detail
+                none_found += 1
+                if self._stopping.wait(max(0.0, doubt_ends - self._clock())):
+                    return Finding.UNKNOWN, "stopped while a copy could still be accepted"
+                continue
+            if finding is Finding.FOUND:
                 return finding, reading.detail
             if reading.outcome is Outcome.UNKNOWN:  # stopped: the limiter closed, the lease ended
                 return Finding.UNKNOWN, reading.detail
             if finding is Finding.NOT_FOUND or reading.outcome is Outcome.ACCEPTED:  # says nothing of the key
                 reading = Reading(Outcome.BAD_ANSWER, f"the status answer said {finding.value}")
-            action = self._policy.decide(reading.outcome, spent, retry_after, detail=reading.detail,
+            action = self._policy.decide(reading.outcome, spent, retry_after, detail=reading.detail, unsent=free,
                                          during_outage=self._outage.active)
             if action.request is RequestStep.RETRY and action.spend:
                 spent += 1
+            else:
+                free += 1
             self._apply_to_key(reading, action, retry_after)
             if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
                 return Finding.UNKNOWN, reading.detail or reading.outcome.value
 
-    def _ask_status(self, client_id: str) -> tuple[Finding, Reading, float | None]:
-        """Ask the status endpoint once about ``client_id``, with a permit of its own: the finding, the answer
+    def _ask_status(self, request: Request) -> tuple[Finding, Reading, float | None]:
+        """Ask the status endpoint once about ``request``'s order, with a permit of its own: the finding, the answer
         as the answer table reads it (a send that got none: timeout, connection reset, unreachable; ``unknown``
         if the key can send no more), and its Retry-After. Not in the key's turn, which a worker waiting for
         work may hold: a later nonce that leaves first costs the ask a 400, and it is asked again."""
         limiter = self.key.limiter
         try:
-            permit = limiter.acquire(costs=self._status_costs)
+            permit = limiter.acquire(costs=self._status_costs, settling=True)
         except (LimiterClosed, KeyNotHeld):
             return Finding.UNKNOWN, Reading(Outcome.UNKNOWN, f"{self.key.name} stopped sending"), None
         status = self._status
+        client_id = status.client_id(request)
         try:
-            answer = self._transport.send(permit.nonce, "", status.params(client_id), status.method, status.path)
+            answer = self._transport.send(permit.nonce, "", status.params(request), status.method, status.path)
         except (SendFenced, RequestNotBuilt) as exc:  # nothing left, and no ask can leave now
             limiter.cancel(permit)
             return Finding.UNKNOWN, Reading(Outcome.UNKNOWN, exc.detail), None
@@ -518,11 +553,17 @@ class Worker(ManagedThread):
             limiter.release(permit, answered_at=None)
             raise
         self._outage.answered()
-        finding, reading = status.read(answer.status, answer.body, client_id, answer.headers)
-        limiter.release(permit, self._clock(), accepted=finding is not Finding.UNKNOWN)
-        if finding is Finding.UNKNOWN:
-            reading = self._classify(answer.status, answer.body, "", answer.headers)
-        return finding, reading, answer.retry_after
+        finding = Finding.UNKNOWN
+        try:
+            finding, reading = status.read(answer.status, answer.body, client_id, answer.headers)
+            if finding is Finding.UNKNOWN:
+                reading = self._classify(answer.status, answer.body, "", answer.headers)
+            retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
+            if reading.outcome is Outcome.BANNED:  # every key held before this slot frees, as for any send
+                self._ban_pause = self._on_ban(retry_after)
+        finally:
+            limiter.release(permit, self._clock(), accepted=finding is not Finding.UNKNOWN)
+        return finding, reading, retry_after
 
     def _resend_after_stale(self, first: Permit, request: Request) -> tuple[Reading, float | None]:
         """At-least-once, a kept connection the server had closed under the request: send the same

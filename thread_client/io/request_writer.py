@@ -12,7 +12,7 @@ from ..profile import NonceShape, RequestShape, Secret, SignedParts, Signer, Sig
 from ..profile.model import USER_AGENT, template_fields
 from ..request import Params, json_text
 
-__all__ = ["RequestWriter", "iso_ms"]
+__all__ = ["RequestWriter", "header_fault", "iso_ms"]
 
 _FORM = "application/x-www-form-urlencoded"
 _JSON = "application/json"
@@ -184,14 +184,20 @@ def iso_ms(stamp_ms: int) -> str:
     return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{ms:03d}Z"
 
 
-def _check_header_value(name: str, value: str) -> None:
-    """Raises ValueError unless ``value`` can go in a header, never showing it: it may be the key's secret."""
+def header_fault(value: str) -> str:
+    """Why ``value`` cannot go in a header ("": it can), never showing it: it may be the key's secret."""
     try:
         value.encode("latin-1")
     except UnicodeEncodeError:
-        raise ValueError(f"header {name}: the key or its secret is not Latin-1 text") from None
-    if "\r" in value or "\n" in value:
-        raise ValueError(f"header {name}: the key or its secret holds a line break")
+        return "is not Latin-1 text"
+    return "holds a line break" if "\r" in value or "\n" in value else ""
+
+
+def _check_header_value(name: str, value: str) -> None:
+    """Raises ValueError unless ``value`` can go in a header, never showing it: it may be the key's secret."""
+    fault = header_fault(value)
+    if fault:
+        raise ValueError(f"header {name}: the key or its secret {fault}")
 
 
 def _filled(template: str, values: Mapping[str, str]) -> str:

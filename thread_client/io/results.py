@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
+from functools import partial
 from typing import Callable
 
 from .. import defaults
 from ..delivery import AT_LEAST_ONCE, Delivery
-from ..request import FinalOutcome, Request
+from ..request import FinalOutcome, Request, json_text, read_json
 from .jsonlines import JsonLinesFile, JsonLinesOutput
 
 __all__ = ["Results", "final_record"]
@@ -18,7 +18,8 @@ __all__ = ["Results", "final_record"]
 class Results(JsonLinesOutput):
     """A ``ResultSink``: one JSON line per finished request in ``path`` (``-``: standard output), through a
     ``JsonLinesFile`` (whole lines, nothing lost on a failed write). The exchange's answer is kept
-    as JSON when it is JSON, else as text, cut at ``max_body_bytes``. Exactly-once (``delivery``) puts
+    as JSON when it is JSON, its numbers as the exchange wrote them, else as text, cut at ``max_body_bytes``.
+    Exactly-once (``delivery``) puts
     each record on the disk before ``record`` returns: before the key's next send."""
 
     def __init__(
@@ -28,7 +29,8 @@ class Results(JsonLinesOutput):
         self.path = path
         self._max_body = max_body_bytes
         # write: os.write, or a test's full disk
-        self._file = JsonLinesFile(path, durable=delivery.durable_outputs, exclusive=True, write=write)
+        self._file = JsonLinesFile(path, durable=delivery.durable_outputs, exclusive=True, write=write,
+                                   encode=partial(json_text, separators=(", ", ": ")))
 
     def __repr__(self) -> str:
         return f"<Results {self.path}>"
@@ -68,14 +70,15 @@ _MAX_NESTING = 100
 
 
 def _readable_body(body: bytes, max_bytes: int) -> object:
-    """The exchange's answer as JSON when it is JSON (nested at most ``_MAX_NESTING`` deep), else as text,
-    cut at ``max_bytes``: a record must serialize wherever it is written."""
+    """The exchange's answer as JSON when it is JSON (nested at most ``_MAX_NESTING`` deep), its numbers kept as
+    written (``read_json``: never NaN or 1e400 read into what no JSON reader takes back), else as text, cut at
+    ``max_bytes``: a record must serialize wherever it is written, and read back on a restart."""
     if not body:
         return None
     if len(body) <= max_bytes:
         try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+            value = read_json(body)
+        except (ValueError, RecursionError):  # not JSON (NaN too), or nested deeper than the parser goes
             pass
         else:
             if not _nested_deeper(value, _MAX_NESTING):

@@ -96,7 +96,8 @@ class ResumePoint:
         self.invalid_lines = SeenIds(state_dir)
         self.resumed = SeenIds(state_dir)
         requeues_ended: dict[str, int] = {}  # id -> its latest requeue with a final record (requeued ids only)
-        for record in json_objects(Path(results_path), read_json):
+        # json.loads, not read_json: a record written before answers kept their numbers' text may hold NaN.
+        for record in json_objects(Path(results_path)):
             if record.get("requeued") is True:
                 request_id = str(record.get("id", ""))
                 requeues_ended[request_id] = max(requeues_ended.get(request_id, 0), int(record.get("requeue", 1)))

@@ -84,8 +84,10 @@ class JsonLinesSource:
         state_dir: str | None = None,
         resume: ResumePoint | None = None,
         admit: Callable[[Work], Work | InvalidInput] | None = None,
+        client_id_param: str = "",
     ) -> None:
         self.path = path
+        self._client_id = client_id_param  # a param naming the order to the exchange: one value per run
         self._follow = follow
         self._admit = admit
         self._poll = poll
@@ -96,6 +98,7 @@ class JsonLinesSource:
         self._pipe = False  # the stream may block: it is read when poll() says it has bytes
         self._unread = io.BytesIO()  # bytes read from a pipe and not given out yet
         self._seen: SeenIds | None = None
+        self._client_ids: SeenIds | None = None  # the client ids taken in this run (where not the id itself)
         self._number = 0  # lines read so far
         self._partial = b""  # the start of a line whose end has not been read yet
         self._too_long = False  # past MAX_LINE_BYTES of the current line: its rest is read past
@@ -107,6 +110,7 @@ class JsonLinesSource:
     def read(self, stop: SelectableEvent) -> Iterator[Work | InvalidInput]:
         if self._stream is None:
             self._seen = SeenIds(self._state_dir)
+            self._client_ids = SeenIds(self._state_dir) if self._client_id else None
             self._stream = self._open()
             self._pipe = not stat.S_ISREG(os.fstat(self._stream.fileno()).st_mode)
         for raw in self._lines(self._stream, stop):
@@ -142,6 +146,7 @@ class JsonLinesSource:
                 item = replace(item, resumed=True)
         try:
             fresh = seen.add(item.id)
+            repeated = fresh and self._client_ids is not None and not self._client_ids.add(item.params[self._client_id])
         except StateNotWritten as failure:
             if not self._pipe:
                 raise  # a file: the next run reads this line again
@@ -151,6 +156,9 @@ class JsonLinesSource:
         if not fresh:
             duplicate = InvalidInput(where, item.id, f"duplicate id {item.id!r}", digest=line_digest(raw))
             return None if resume is not None and resume.recorded_invalid(duplicate) else duplicate
+        if repeated:  # the exchange would refuse its order, and a status ask would find the earlier line's
+            return InvalidInput(where, item.id, f"client id {item.params[self._client_id]!r} of an earlier line",
+                                digest=line_digest(raw))
         return item
 
     def left_over(self) -> Iterator[Work | InvalidInput]:
@@ -221,12 +229,13 @@ class JsonLinesSource:
         return line
 
     def close(self) -> None:
-        """Let go of the input, the duplicate check and the resume point; idempotent."""
+        """Let go of the input, the duplicate checks and the resume point; idempotent."""
         stream, self._stream = self._stream, None
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
-        if self._seen is not None:
-            self._seen.close()
-            self._seen = None
+        for ids in (self._seen, self._client_ids):
+            if ids is not None:
+                ids.close()
+        self._seen = self._client_ids = None
         if self._resume is not None:
             self._resume.close()

@@ -12,9 +12,11 @@ import dataclasses
 import enum
 from typing import Mapping
 
+from .. import defaults
+from ..limits.timestamps import DRIFT
 from ..parts import NO_HEADERS
 from ..profile import Profile
-from ..request import Request
+from ..request import Params, Request
 from .answers import AnswerTable, Outcome, Reading
 
 __all__ = ["Finding", "StatusTable"]
@@ -33,14 +35,22 @@ _BY_OUTCOME = {Outcome.ACCEPTED: Finding.FOUND, Outcome.REJECTED: Finding.NOT_FO
 
 class StatusTable:
     """A profile's ``[settle]`` compiled once: where a status ask goes (``method``, ``path``, ``params``) and
-    how its answer reads (``read``). Built only for a profile whose requests carry a client id."""
+    how its answer reads (``read``). Built only for a profile whose requests carry a client id.
 
-    def __init__(self, profile: Profile) -> None:
+    ``doubt_lasts``: how long (s) after a send ended its copy may still be accepted, so a status ask that finds
+    none says nothing until then (docs/api/settle.md). A receive window ``W`` bounds it: the server takes a stamp
+    at most ``W`` old, and (checking ``|server time - stamp| < W``) at most ``W`` ahead, so no copy is taken
+    later than ``2 W`` after it was stamped, on the server's clock, which runs at ours within ``DRIFT``. With
+    none, ``http_timeout``: how long the client lets a send take."""
+
+    def __init__(self, profile: Profile, http_timeout: float = defaults.HTTP_TIMEOUT) -> None:
         settle = profile.settle
         if settle is None or not profile.request.client_id:
             raise ValueError("a status table needs a [settle] endpoint and a [request] client_id")
         self.method, self.path, self.endpoint = settle.method, settle.path, settle.endpoint
-        self._param = settle.client_id_param
+        self._param, self._copied = settle.client_id_param, settle.params
+        window = profile.nonce.recv_window_ms / 1000
+        self.doubt_lasts = 2 * window * (1 + DRIFT) if window else http_timeout
         self._client_id = profile.request.client_id
         rules = tuple(dataclasses.replace(rule, outcome=_AS_OUTCOME[rule.outcome]) for rule in settle.rules)
         self._table = AnswerTable(dataclasses.replace(profile, answers=rules))
@@ -53,9 +63,11 @@ class StatusTable:
         value = request.params.get(self._client_id)
         return value if isinstance(value, str) else request.req_id
 
-    def params(self, client_id: str) -> dict[str, str]:
-        """The params of a status ask about ``client_id``."""
-        return {self._param: client_id}
+    def params(self, request: Request) -> Params:
+        """The params of a status ask about ``request``'s order: those of its own ``[settle] params`` names (a
+        request without one asks without it), then its client id."""
+        copied = {name: request.params[name] for name in self._copied if name in request.params}
+        return {**copied, self._param: self.client_id(request)}
 
     def read(
         self, status: int, body: bytes, client_id: str, headers: Mapping[str, str] = NO_HEADERS,

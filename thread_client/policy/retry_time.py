@@ -6,14 +6,18 @@ import datetime
 import email.utils
 import math
 
-__all__ = ["retry_seconds"]
+__all__ = ["PAST_TIME_PAUSE", "retry_seconds"]
+
+#: The pause (s) a time the server named reads as when our wall clock has passed it already: the server's clock
+#: is behind ours, and read as 0 it would be asked again at once, for as long as the two disagree.
+PAST_TIME_PAUSE = 1.0
 
 
 def retry_seconds(text: str, unit: str, now: float) -> float | None:
     """Seconds from ``now`` (the wall clock, epoch seconds) until ``text``, written in ``unit`` (a profile's
     ``RETRY_UNITS``; a date is an HTTP date, as ``Retry-After``'s, or an ISO-8601 one), says to try again:
-    never below 0 (a time gone by is now), uncapped (the retry policy holds the one cap). None if it says nothing
-    readable."""
+    a delay never below 0, a time (an epoch, a date) never below ``PAST_TIME_PAUSE``, uncapped (the retry policy
+    holds the one cap). None if it says nothing readable."""
     text = text.strip()
     if unit == "date":
         when = _date(text)
@@ -24,7 +28,9 @@ def retry_seconds(text: str, unit: str, now: float) -> float | None:
         except ValueError:
             return None
         seconds = {"s": number, "ms": number / 1000, "epoch-s": number - now, "epoch-ms": number / 1000 - now}[unit]
-    return max(seconds, 0.0) if seconds is not None and math.isfinite(seconds) else None
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0) if unit in ("s", "ms") else max(seconds, PAST_TIME_PAUSE)
 
 
 def _date(text: str) -> float | None:

@@ -18,7 +18,9 @@ class Endpoints:
     """The endpoints a profile's ``request`` allows, the ``limits`` each send must fit, and where its params go:
     checked once per request, as its line is read (``parse_line``'s ``admit``), so a request that could never be
     sent is ``invalid_input`` with nothing sent. ``own_params``: the names the profile sends itself
-    (``Profile.own_params``), which no param may take."""
+    (``Profile.own_params``), which no param may take. ``client_id_param``: the param that names an order to the
+    exchange where the id param does not carry it already ("": none), each request's a string; a source refuses
+    a value repeated in one run (two orders under one client id: the exchange takes the first only)."""
 
     def __init__(self, request: RequestShape, limits: Sequence[LimitRule], own_params: Collection[str]) -> None:
         self._method, self._path, self._own = request.method, request.path, request.endpoint
@@ -27,8 +29,7 @@ class Endpoints:
         self._own_params = frozenset(own_params)
         # Where the params go as text (a query string, a form body), each must be a string; None: a JSON body.
         self._text_in = {"query": "in the query string", "form": "in a form body"}.get(request.params_in)
-        # The param that names an order to the exchange, where the id param does not carry it already.
-        self._client_id = request.client_id if request.client_id != request.id_param else ""
+        self.client_id_param = request.client_id if request.client_id != request.id_param else ""
 
     def __repr__(self) -> str:
         return f"<Endpoints {', '.join(sorted(self._allowed))}>"
@@ -39,13 +40,17 @@ class Endpoints:
         ``invalid_input`` it is: a param named as one the profile sends itself, an endpoint the profile does not
         allow, a weight that can never fit a limit, or an object, array or null where the params go as text. A
         profile's client id param the line does not give is added, with the request's id as its value: the
-        exchange knows the order by it."""
+        exchange knows the order by it; one the line gives must be a string (a number keeps its text)."""
         taken = self._own_params.intersection(work.params)
         if taken:
             return InvalidInput(work.where, work.id, f"parameter(s) {', '.join(sorted(taken))} are names the profile "
                                                      "sends itself", work.receipt)
-        if self._client_id and self._client_id not in work.params:
-            work = replace(work, params={**work.params, self._client_id: work.id})
+        client_id = self.client_id_param
+        if client_id and client_id not in work.params:
+            work = replace(work, params={**work.params, client_id: work.id})
+        elif client_id and not isinstance(work.params[client_id], str):
+            return InvalidInput(work.where, work.id, f"client id {client_id!r} must be a string or a number (the "
+                                                     "exchange knows the order by it)", work.receipt)
         if self._text_in is not None and work.params:
             params = _as_text(work.params, self._text_in)
             if isinstance(params, str):

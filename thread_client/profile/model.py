@@ -199,13 +199,15 @@ class AnswerRule:
 @dataclass(frozen=True, slots=True)
 class Settle:
     """The exchange's order-status endpoint (``[settle]``): ``method`` and ``path``, the client id in the param
-    ``client_id_param``, and ``rules`` (answer rules whose outcome is one of ``SETTLE_FINDINGS``) that read its
-    answer. A send whose fate is in doubt is settled by asking it, never by sending the order blindly again."""
+    ``client_id_param``, the request's own ``params`` an ask carries too (Binance finds an order by its ``symbol``
+    and client id), and ``rules`` (answer rules whose outcome is one of ``SETTLE_FINDINGS``) that read its answer.
+    A send whose fate is in doubt is settled by asking it, never by sending the order blindly again."""
 
     path: str
     client_id_param: str
     method: str = "GET"
     rules: tuple[AnswerRule, ...] = ()
+    params: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> str:

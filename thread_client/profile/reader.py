@@ -74,7 +74,10 @@ _TABLES: dict[str, dict[str, _Field]] = {
         "echo_id": _TEXT, "retry_after_header": _TEXT, "retry_after_field": _TEXT, "retry_after_match": _TEXT,
         "retry_after_unit": _Field((str,), RETRY_UNITS), "outcome": _Field((str,), ANSWER_OUTCOMES),
     },
-    "settle": {"method": _Field((str,), METHODS), "path": _TEXT, "client_id_param": _TEXT, "rule": _Field((list,))},
+    "settle": {
+        "method": _Field((str,), METHODS), "path": _TEXT, "client_id_param": _TEXT, "params": _Field((list,)),
+        "rule": _Field((list,)),
+    },
     "penalty": {
         "strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS),
         "rate_limited_holds": _Field((str,), HOLDS), "rate_limited_strikes": _Field((bool,)),
@@ -323,7 +326,25 @@ class _Compiler:
         if not {"found", "not_found"} <= {rule.outcome for rule in rules}:
             self._error(self._finder.line("settle"), "[settle] needs a rule that reads found and one that reads "
                                                      "not_found ([[settle.rule]])")
-        return None if missing else Settle(**values, rules=rules)
+        params = self._settle_params(values.pop("params", []), values.get("client_id_param"))
+        return None if missing else Settle(**values, rules=rules, params=params)
+
+    def _settle_params(self, names: list[Any], client_id_param: str | None) -> tuple[str, ...]:
+        """``[settle] params``: the names of the request's own params a status ask carries too, each once, none the
+        client id's param (the ask fills that one itself)."""
+        line = self._finder.line("settle", "params")
+        params: list[str] = []
+        for name in names:
+            if not isinstance(name, str) or not name:
+                self._error(line, f"[settle] params must each be a param's name, got {name!r}")
+            elif name in params:
+                self._error(line, f"[settle] params names {name!r} twice")
+            elif name == client_id_param:
+                self._error(line, f"[settle] params names {name!r}, the client id's own param (client_id_param): "
+                                  "every ask carries it")
+            else:
+                params.append(name)
+        return tuple(params)
 
     def _rules(self, raw: list[Any], request: RequestShape, table: str = "answers.rule") -> tuple[AnswerRule, ...]:
         """The rules of ``table``: the answers' (``answers.rule``) or the status endpoint's (``settle.rule``),
