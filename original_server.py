@@ -625,13 +625,10 @@ class ExchangeState:
     def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> int | None:
         """Step 5: accept the nonce if it is an integer above the key's last one (and count ``req_id``);
         returns the order of acceptance (1, 2, ... over the server's life), or None for an invalid nonce."""
-        nonce = _int_or_none(raw_nonce)
         with self._lock:
             state = self._keys[key]
-            if nonce is None or (state.last_nonce is not None and nonce <= state.last_nonce):
-                state.invalid_nonce += 1
+            if not self._advance_nonce(state, raw_nonce):
                 return None
-            state.last_nonce = nonce
             state.accepted += 1
             self._count_accepted(req_id)
             self._accepts += 1
@@ -659,14 +656,19 @@ class ExchangeState:
     def spend_nonce(self, key: str, raw_nonce: str | None) -> bool:
         """A status ask's nonce: spent if it is an integer above the key's last one (a late order below it is
         then refused); an invalid one is counted as any invalid nonce."""
-        nonce = _int_or_none(raw_nonce)
         with self._lock:
-            state = self._keys[key]
-            if nonce is None or (state.last_nonce is not None and nonce <= state.last_nonce):
-                state.invalid_nonce += 1
-                return False
-            state.last_nonce = nonce
-            return True
+            return self._advance_nonce(self._keys[key], raw_nonce)
+
+    @staticmethod
+    def _advance_nonce(state: KeyState, raw_nonce: str | None) -> bool:
+        """The key's last nonce moves up to ``raw_nonce`` if it is an integer above it; else one more invalid
+        nonce is counted. Called with the lock held."""
+        nonce = _int_or_none(raw_nonce)
+        if nonce is None or (state.last_nonce is not None and nonce <= state.last_nonce):
+            state.invalid_nonce += 1
+            return False
+        state.last_nonce = nonce
+        return True
 
     def accepted_ids(self) -> dict[str, int]:
         """Every accepted req_id with how many times it was accepted."""
