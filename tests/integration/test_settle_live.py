@@ -60,6 +60,20 @@ def test_execution_unknown_then_duplicate_is_settled_accepted_through_the_status
     assert server.stats()["totals"]["status_asks"] == 2 * len(ORDERS)
 
 
+def test_a_status_that_lags_past_the_doubt_sends_the_order_again_and_its_duplicate_is_settled_accepted(
+        start_server, tmp_path):
+    """The issue's case, whole: the order executes and is answered -1007; the status lags longer than a copy's
+    doubt (two "does not exist", the second past the bound), so the order is sent again under its client id and
+    answered -2010 duplicate; asked again, it is found: accepted, one order at the exchange."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
+                          "--execution-unknown-rate", "1", "--status-misses", "2")
+    place_orders(server, tmp_path)
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    assert verdicts(ledger) == {order: ["execution_unknown", "duplicate"] for order in ORDERS}
+    assert_one_order_each(server, ledger)
+
+
 def test_a_timed_out_order_is_settled_as_found(start_server, tmp_path):
     ledger = tmp_path / "ledger.jsonl"
     server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",

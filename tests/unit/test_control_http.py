@@ -19,8 +19,9 @@ from thread_client.errors import ConfigError
 BOUND = 5.0
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server():
+    """One server for the module's requests (none changes it): its stop waits out a serving loop's half-second poll."""
     served = ControlServer(Router(FakePanel(), TOKEN), 0)
     (thread,) = served.threads()
     thread.start()
