@@ -174,7 +174,8 @@ def test_exactly_once_every_send_leaves_only_after_its_journal_line_is_on_the_di
         def send_after_the_check(nonce, req_id, params=None, method="", path="", on_sent=None):
             with open(journal, "rb") as lines:
                 durable = lines.read(synced[journal])
-            assert re.search(rf'"nonce": ?{nonce}\b'.encode(), durable), f"nonce {nonce} sent before its line was synced"
+            synced_line = re.search(rf'"nonce": ?{nonce}\b'.encode(), durable)
+            assert synced_line, f"nonce {nonce} sent before its line was synced"
             checked.append(nonce)
             return send(nonce, req_id, params, method, path, on_sent)
         return send_after_the_check

@@ -1,8 +1,8 @@
 """An aligned fixed window against the server's own fixed window when the server's clock is not what a
-fresh, steady Date says: a Date rendered once a second (uvicorn's), a clock that runs fast or slow (ntpd slews
-at up to 500 ppm; the learnt clock allows for 1000), a clock that was set. One key sends as the window allows, a random think time after each
-answer; every answer's Date teaches the learnt clock, as the transport does. Found by a review: each case
-struck the server before."""
+fresh, steady Date says: a Date rendered once a second (uvicorn's), a clock that runs fast or slow (ntpd
+slews at up to 500 ppm; the learnt clock allows for 1000), a clock that was set. One key sends as the
+window allows, a random think time after each answer; every answer's Date teaches the learnt clock, as
+the transport does. Found by a review: each case struck the server before."""
 
 from __future__ import annotations
 
