@@ -249,9 +249,9 @@ def _config_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Con
         server_max_429 = args.server_max_429 or profile.penalty.strikes_to_block
         # Each thread may hold a request in flight when the key is parked: by default no more than leave the
         # strike budget its usual three (two threads at least: a key busy through a round trip).
-        fewest = 2 if server_max_429 > 2 else 1  # two keep a key busy through a round trip, where they fit
-        threads_per_key = args.threads_per_key or (1 if delivery.one_in_flight else min(
-            delivery.threads_per_key, max(fewest, server_max_429 - defaults.MAX_STRIKES)))
+        fewest = 2 if server_max_429 > 2 else 1
+        threads_per_key = args.threads_per_key or min(
+            delivery.threads_per_key, max(fewest, server_max_429 - defaults.MAX_STRIKES))
         if server_max_429 - threads_per_key < 1:
             raise ConfigError(f"a key is blocked at {server_max_429} rate-limit rejections (profile {profile.name}'s "
                               f"strikes_to_block, or --server-max-429): with {threads_per_key} requests in flight per "

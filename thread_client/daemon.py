@@ -47,7 +47,7 @@ from .observe.status import DaemonStatus, KeyCondition, KeyStatus
 from .observe.summary import Summary
 from .policy.answers import AnswerTable
 from .policy.order_status import StatusTable
-from .policy.retry import RetryPolicy
+from .policy.retry import STRIKE_BUDGET_SPENT, RetryPolicy
 from .stop_latch import StopLatch
 from .threads import ManagedThread
 
@@ -231,7 +231,7 @@ class Daemon:
         if self.config.control_port is not None:
             self._serve_control()
         for key in self.keys:
-            if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire("strike budget spent"):
+            if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire(STRIKE_BUDGET_SPENT):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
                                           "the server's block (the server never forgets them)")
         memory = self.config.limit_memory
@@ -265,7 +265,7 @@ class Daemon:
         self.events.subscribe(feed)
         panel = DaemonPanel(self, feed, DeadLetters(on_disk, source, self._admit) if on_disk else None)
         try:
-            self.control_server = ControlServer(Router(panel, token), config.control_port or 0, config.control_host,
+            self.control_server = ControlServer(Router(panel, token), config.control_port, config.control_host,
                                                 token_file=config.control_token_file)
         except OSError as exc:
             raise ConfigError(f"cannot serve the control API on {config.control_host}:{config.control_port}: "

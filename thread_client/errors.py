@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 __all__ = [
-    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "LimiterClosed",
+    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "KeyPaused", "LimiterClosed",
     "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "RequeueRefused", "ResetAfterSend",
     "SendFenced", "SendOvertaken", "StaleConnection", "StateNotWritten", "StoreUnavailable", "ThreadClientError",
     "TransportError",

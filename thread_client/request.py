@@ -11,6 +11,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, replace
+from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Callable
 
 __all__ = [
@@ -63,9 +64,12 @@ def json_text(value: object, *, separators: tuple[str, str] = (",", ":"), ensure
     ``Number`` keeps its own text: what ``read_json`` reads back to the same values."""
     if isinstance(value, Number):
         return str.__str__(value)
+    quote = encode_basestring_ascii if ensure_ascii else encode_basestring
+    if isinstance(value, str):  # as json.dumps writes a string, without building an encoder per value
+        return quote(value)
     item, key = separators
     if isinstance(value, dict):
-        return "{" + item.join(f"{json.dumps(str(name), ensure_ascii=ensure_ascii)}{key}"
+        return "{" + item.join(f"{quote(str(name))}{key}"
                                f"{json_text(part, separators=separators, ensure_ascii=ensure_ascii)}"
                                for name, part in value.items()) + "}"
     if isinstance(value, list):

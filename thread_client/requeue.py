@@ -20,7 +20,7 @@ from .io.jsonlines import json_objects
 from .request import FinalOutcome, InvalidInput, Work, json_text, parse_line, read_json
 
 __all__ = [
-    "DEAD", "DOUBLE_RISK", "REQUEUABLE", "dead_letters", "double_risk", "keep_last", "original_requests",
+    "DEAD", "DOUBLE_RISK", "REQUEUABLE", "dead_letters", "double_risk", "keep_last", "original_requests", "outcomes",
     "requeue_main",
 ]
 

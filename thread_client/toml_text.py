@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["LineFinder", "Path", "read_toml"]
 
@@ -106,40 +106,37 @@ class _Walk:
             self._skip()
             self._value(path)
 
+    def _items(self, close: str, read_one: Callable[[], None]) -> None:
+        """An inline array's or table's items (the opening bracket is next), each read by ``read_one``, up to
+        ``close``; a text that stops making progress ends the walk (tomllib has refused it already)."""
+        self._move(1)
+        while True:
+            self._skip(newlines=True)
+            if self._peek() in (close, ""):
+                break
+            before = self._at
+            read_one()
+            self._skip(newlines=True)
+            if self._peek() == ",":
+                self._move(1)
+            elif self._at == before:
+                return
+        self._move(1)
+
+    def _item(self, path: Path) -> None:
+        """The next item of the array at ``path``: its own line, its own index."""
+        item = path + (self._sizes[path],)
+        self._note(item, self._line)
+        self._value(item)
+        self._sizes[path] += 1
+
     def _value(self, path: Path) -> None:
         char = self._peek()
         if char == "[":
-            self._move(1)
             self._sizes.setdefault(path, 0)
-            while True:
-                self._skip(newlines=True)
-                if self._peek() in ("]", ""):
-                    break
-                item = path + (self._sizes[path],)
-                self._note(item, self._line)
-                before = self._at
-                self._value(item)
-                self._sizes[path] += 1
-                self._skip(newlines=True)
-                if self._peek() == ",":
-                    self._move(1)
-                elif self._at == before:
-                    return
-            self._move(1)
+            self._items("]", lambda: self._item(path))
         elif char == "{":
-            self._move(1)
-            while True:
-                self._skip(newlines=True)
-                if self._peek() in ("}", ""):
-                    break
-                before = self._at
-                self._pair(path)
-                self._skip(newlines=True)
-                if self._peek() == ",":
-                    self._move(1)
-                elif self._at == before:
-                    return
-            self._move(1)
+            self._items("}", lambda: self._pair(path))
         elif char in ("'", '"'):
             self._string()
         else:

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from conftest import FakeClock
+from thread_client.config import Config
 from thread_client.control.dead import DeadLetters, Page
 from thread_client.control.feed import RECENT_ERRORS, ConsoleFeed
 from thread_client.control.routes import NoResults, Router
@@ -301,3 +302,11 @@ def test_an_exactly_once_requeue_in_flight_at_a_crash_is_settled_despite_the_id_
             "k1": ("a", 5, 1)}
     finally:
         point.close()
+
+
+def test_a_control_host_other_machines_reach_is_refused_without_a_token_file_before_anything_is_made(tmp_path):
+    """A setting, refused where settings are checked: before the daemon makes a token file in its state dir."""
+    with pytest.raises(ConfigError, match="reachable from other machines"):
+        Config(url="http://127.0.0.1:9", control_port=0, control_host="0.0.0.0", state_dir=str(tmp_path / "state"))
+    assert not (tmp_path / "state").exists()
+    Config(url="http://127.0.0.1:9", control_port=0, control_host="0.0.0.0", control_token_file=str(tmp_path / "t"))

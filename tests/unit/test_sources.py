@@ -52,7 +52,6 @@ from thread_client.selectable_event import SelectableEvent
     (b'{"id": "a9", "params": {"x": ' + b"9" * 5000 + b"}}", Work("a9", {"x": "9" * 5000}, where="line 7")),
     (b'{"id": "a10", "params": {"x": NaN}}', InvalidInput("line 7", "", "not JSON")),
     (b'{"id": "a11", "params": {"x": {"\\udfff": 1}}}', InvalidInput("line 7", "a11", "parameter 'x' is not valid Unicode (a lone surrogate)")),
-    (b'{"id": 12}', InvalidInput("line 7", "", 'no "id" string of 1 to 256 characters')),
     # A request's own endpoint and weight, which the profile then checks (``Endpoints``):
     (b'{"id": "e1", "method": "POST", "path": "/api/order", "weight": 4}',
      Work("e1", {}, where="line 7", method="POST", path="/api/order", weight=4)),

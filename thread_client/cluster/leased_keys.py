@@ -31,6 +31,7 @@ from ..limits.nonces import NonceGenerator
 from ..limits.timestamps import ServerTimestamps
 from ..limits.order_rule import OrderRule
 from ..limits.scopes import RuleScopes
+from ..policy.retry import STRIKE_BUDGET_SPENT
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import KeyNames, Keyspace
@@ -200,7 +201,7 @@ class LeasedKeyPool(BaseKeyPool):
         """Carry on the key's strikes from the store; True (and the key retired here) if they reached the budget."""
         if key.carry_strikes(grant.strikes) < self._strike_budget:
             return False
-        if key.retire("strike budget spent"):
+        if key.retire(STRIKE_BUDGET_SPENT):
             log.error("%s: key %s retired (strike budget spent: %d rate-limit strikes from every member in every run, "
                       "one short of the server's block); left to the others, who retire it too", self.member,
                       key.name, key.lifetime_strikes)

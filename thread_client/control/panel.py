@@ -82,7 +82,7 @@ class DaemonPanel:
             "profile": daemon.config.profile.name,
             "delivery": str(daemon.config.delivery),
             "uptime_s": round(snapshot.elapsed, 3),
-            "paused": daemon.paused,
+            "paused": status.paused,
             "draining": daemon.stop_latch.reason is not None,
             "accepted_per_s": sum(rates.values()),
             "accepted_total": counts.accepted,

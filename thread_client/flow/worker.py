@@ -44,6 +44,11 @@ _EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exch
 _BUGS_BEFORE_GIVING_UP = 3
 
 
+def _retry_after(reading: Reading, answer: Answer) -> float | None:
+    """When to try again: the time the answer's rule read (a body field), else the answer's Retry-After."""
+    return answer.retry_after if reading.retry_after is None else reading.retry_after
+
+
 class Worker(ManagedThread):
     """One of the threads of an API key, with its own keep-alive connection.
 
@@ -523,8 +528,10 @@ class Worker(ManagedThread):
     def _ask_status(self, request: Request) -> tuple[Finding, Reading, float | None]:
         """Ask the status endpoint once about ``request``'s order, with a permit of its own: the finding, the answer
         as the answer table reads it (a send that got none: timeout, connection reset, unreachable; ``unknown``
-        if the key can send no more), and its Retry-After. Not in the key's turn, which a worker waiting for
-        work may hold: a later nonce that leaves first costs the ask a 400, and it is asked again."""
+        if the key can send no more), and its Retry-After. A send in doubt asks outside the key's turn, which a
+        worker waiting for work may hold: a later nonce that leaves first costs the ask a 400, and it is asked
+        again. A request resumed after a crash asks in its turn, before it takes a permit (``_not_placed``): its
+        key sends nothing else meanwhile, one resumed request at a time."""
         limiter = self.key.limiter
         try:
             permit = limiter.acquire(costs=self._status_costs, settling=True)
@@ -558,7 +565,7 @@ class Worker(ManagedThread):
             finding, reading = status.read(answer.status, answer.body, client_id, answer.headers)
             if finding is Finding.UNKNOWN:
                 reading = self._classify(answer.status, answer.body, "", answer.headers)
-            retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
+            retry_after = _retry_after(reading, answer)
             if reading.outcome is Outcome.BANNED:  # every key held before this slot frees, as for any send
                 self._ban_pause = self._on_ban(retry_after)
         finally:
@@ -727,7 +734,7 @@ class Worker(ManagedThread):
             accepted = self._accepted = reading.outcome is Outcome.ACCEPTED
             if reading.unmatched:
                 self._listener.unmatched_answer(answer.status)
-            retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
+            retry_after = _retry_after(reading, answer)
             if reading.outcome is Outcome.BANNED:  # every key held before this slot frees: nothing slips in
                 self._ban_pause = self._on_ban(retry_after)
         finally:
@@ -759,7 +766,7 @@ class Worker(ManagedThread):
             if answer is not None:
                 reading = self._classify(answer.status, answer.body, req_id, answer.headers)
                 if reading.outcome is Outcome.RATE_LIMITED:
-                    retry_after = answer.retry_after if reading.retry_after is None else reading.retry_after
+                    retry_after = _retry_after(reading, answer)
                     action = self._policy.decide(reading.outcome, 0, retry_after)
                     self._strike(Reading(reading.outcome, f"{reading.detail}, a late answer to a send that timed out"),
                                  action.key_delay, named=retry_after is not None)

@@ -297,7 +297,8 @@ class ThreadSafeRateLimiter:
                     with self._shared_locked():
                         delay = self._delay_until_free(now, costs, resend_of is not None)
                         permit = self._take(now, resend_of, costs) if delay <= 0 else None
-                        least_delay = self._least_delay(now, costs) if delay > 0 else 0.0
+                        # The lower bound only decides a finite deadline: no need for it otherwise.
+                        least_delay = self._least_delay(now, costs) if delay > 0 and deadline < math.inf else 0.0
                     if delay <= 0:
                         if permit is not None:
                             return permit

@@ -8,12 +8,13 @@ from typing import Callable, Mapping, Sequence
 
 from ..flow.outage import OutageState
 from ..flow.queues import QueueCounts
+from ..policy.retry import PARKED, STRIKE_BUDGET_SPENT
 from .metrics import MetricsSnapshot
 
 __all__ = ["DaemonStatus", "KeyCondition", "KeyStatus", "StatusReader"]
 
 #: The retirements the client chose itself (``RetryPolicy.parks``); any other means the key is blocked.
-_PARKED_BECAUSE = frozenset({"parked", "strike budget spent"})
+_PARKED_BECAUSE = frozenset({PARKED, STRIKE_BUDGET_SPENT})
 
 
 class KeyCondition(enum.Enum):

@@ -17,7 +17,10 @@ from ..exits import ENDPOINT_NOT_FOUND
 from ..request import FinalOutcome
 from .answers import Outcome
 
-__all__ = ["Action", "KeyStep", "RequestStep", "RetryPolicy"]
+__all__ = ["PARKED", "STRIKE_BUDGET_SPENT", "Action", "KeyStep", "RequestStep", "RetryPolicy"]
+
+#: Why the client retired a key itself (``RetryPolicy.parks``): its strikes this run, or in every run.
+PARKED, STRIKE_BUDGET_SPENT = "parked", "strike budget spent"
 
 
 class RequestStep(enum.Enum):
@@ -96,8 +99,8 @@ class RetryPolicy:
         """Why a key with these strikes (this run, all runs) must not send again: ``parked`` for the
         rest of this run, ``strike budget spent`` for good; None while it may."""
         if lifetime_strikes >= self.strike_budget:
-            return "strike budget spent"
-        return "parked" if strikes >= self.max_strikes else None
+            return STRIKE_BUDGET_SPENT
+        return PARKED if strikes >= self.max_strikes else None
 
     def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""

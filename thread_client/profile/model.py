@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import re
 import string
 from dataclasses import dataclass
 
-from .. import defaults
+from .. import __version__, defaults
 from ..limits.rules import LimitRule
 
 __all__ = [
@@ -52,7 +51,7 @@ HEADER_FIELDS = (*TEMPLATE_FIELDS, "secret", "passphrase", "signature")
 #: A header template's name for one of the key's named extra secrets (a TOML keys file's ``[key.extra]``).
 EXTRA_FIELD = re.compile(r"extra\.([A-Za-z_][A-Za-z0-9_]*)")
 #: Sent unless the profile's headers name a User-Agent of their own (some APIs refuse a request without one).
-USER_AGENT = f"thread-client/{importlib.metadata.version('thread_client')}"
+USER_AGENT = f"thread-client/{__version__}"
 
 
 def template_fields(template: str) -> set[str]:

@@ -126,9 +126,9 @@ class AlignedWindow(RuleState):
 
     def take(self, now: float, cost: int) -> tuple[float, float, int, bool]:
         self._ring.take(now, cost)
-        unvetted = self._windows_rule(now) is not None
+        offset = self._offset(now)  # the clock read once: the windows decide if it is narrow and not blind
+        unvetted = offset is not None and now >= self._blind_until
         self._unvetted += cost if unvetted else 0
-        offset = self._offset(now)
         first = -math.inf if offset is None else self._window(now * 1000 + offset[0] - self._guard_ms)
         if offset is not None:
             self._fold_before(first)
