@@ -10,49 +10,27 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import urllib.request
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import Counter
 from pathlib import Path
-from types import TracebackType
 
-from .processes import free_port, stop_process, wait_listening
+from .processes import ServedProcess
 from .server_process import REPO_ROOT
 
 __all__ = ["FlaskLimiterGateway", "Gateway", "NginxGateway", "nginx_binary"]
 
 
-class Gateway(ABC):
-    """One limiter's process in a temporary folder of its own (its config, logs, counts), as a context manager."""
+class Gateway(ServedProcess):
+    """One limiter's process in a temporary folder of its own (its config, logs, counts), run from the repository."""
 
     name = "gateway"
-
-    def __init__(self, start_timeout: float = 15.0) -> None:
-        self.port = 0
-        self._start_timeout = start_timeout
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {'running' if self.running else 'stopped'} port={self.port}>"
+    working_dir = REPO_ROOT
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def folder(self) -> Path:
-        if self._folder is None:
-            raise RuntimeError(f"{self.name} is not started")
-        return Path(self._folder.name)
 
     @property
     def missing(self) -> str:
@@ -60,44 +38,8 @@ class Gateway(ABC):
         return ""
 
     @abstractmethod
-    def _command(self, folder: Path, port: int) -> list[str]:
-        """The command that serves on 127.0.0.1:``port``, its files written into ``folder`` first."""
-
-    @abstractmethod
     def stats(self, timeout: float = 5.0) -> dict:
         """``{"totals": {"accepted": n, "rate_limited": n, "other": n}}`` for ``/api/request`` so far."""
-
-    def start(self) -> "Gateway":
-        """Start it and return once it takes connections; RuntimeError (with its log) if it does not."""
-        self._folder = tempfile.TemporaryDirectory(prefix=f"{self.name}-")
-        self.port = free_port()
-        command = self._command(self.folder, self.port)
-        with (self.folder / "output.log").open("wb") as output:
-            self._process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_listening(self._process, self.port, self._start_timeout, self.name)
-        except RuntimeError as exc:
-            log = (self.folder / "output.log").read_text(errors="replace")
-            self.stop()
-            raise RuntimeError(f"{exc}:\n{log}") from None
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        """Stop the process by its pid (killed if it does not go) and remove its folder."""
-        process, self._process = self._process, None
-        if process is not None:
-            stop_process(process, sig, timeout)
-        folder, self._folder = self._folder, None
-        if folder is not None:
-            folder.cleanup()
-
-    def __enter__(self) -> "Gateway":
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 class FlaskLimiterGateway(Gateway):

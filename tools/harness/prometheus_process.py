@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Sequence, cast
 
-from .processes import free_port, stop_process
+from .processes import ServedProcess
 from .server_process import REPO_ROOT
 
 __all__ = ["PrometheusProcess", "PrometheusQueryError"]
@@ -28,24 +23,23 @@ class PrometheusQueryError(RuntimeError):
     """Raised when Prometheus refuses a query (its ``error``, with the query)."""
 
 
-class PrometheusProcess:
+class PrometheusProcess(ServedProcess):
     """Scrapes ``targets`` (``host:port``) as the job ``thread-client`` every ``scrape_interval`` seconds, with
-    ``deploy/prometheus/alerts.yml`` loaded. A context manager: ``start()`` returns once it is ready."""
+    ``deploy/prometheus/alerts.yml`` loaded. A context manager: ``start()`` returns once ``/-/ready`` answers."""
+
+    name = "prometheus"
 
     def __init__(self, targets: Sequence[str], scrape_interval: float = 1.0, start_timeout: float = 20.0) -> None:
+        super().__init__(start_timeout)
         self.targets = list(targets)
         self.scrape_interval = scrape_interval
-        self.port = 0
-        self._start_timeout = start_timeout
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
 
     @staticmethod
     def missing() -> str:
         """What this machine lacks to run it, in words; empty when nothing."""
         return "" if shutil.which("prometheus") else "prometheus is missing: `make setup` installs Debian's package"
 
-    def _config(self, folder: Path) -> Path:
+    def _command(self, folder: Path, port: int) -> list[str]:
         interval = f"{round(self.scrape_interval * 1000)}ms"
         shutil.copy(ALERT_RULES, folder / "alerts.yml")
         config = {  # JSON is YAML
@@ -53,29 +47,9 @@ class PrometheusProcess:
             "rule_files": ["alerts.yml"],
             "scrape_configs": [{"job_name": "thread-client", "static_configs": [{"targets": self.targets}]}],
         }
-        path = folder / "prometheus.yml"
-        path.write_text(json.dumps(config, indent=2))
-        return path
-
-    def start(self) -> "PrometheusProcess":
-        """Start it and return once ``/-/ready`` answers; RuntimeError (with its log) if it does not."""
-        self._folder = tempfile.TemporaryDirectory(prefix="prometheus-")
-        folder = Path(self._folder.name)
-        self.port = free_port()
-        command = [
-            "prometheus", f"--config.file={self._config(folder)}", f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-        ]
-        with (folder / "output.log").open("wb") as output:
-            self._process = subprocess.Popen(command, cwd=folder, stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self._start_timeout
-        while not self._ready():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                log = (folder / "output.log").read_text(errors="replace")
-                self.stop()
-                raise RuntimeError(f"prometheus did not get ready on port {self.port}:\n{log}")
-            time.sleep(0.05)
-        return self
+        (folder / "prometheus.yml").write_text(json.dumps(config, indent=2))
+        return ["prometheus", f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
 
     def _ready(self) -> bool:
         try:
@@ -100,20 +74,3 @@ class PrometheusProcess:
         """An instant query's vector (each ``{"metric": labels, "value": [time, "text"]}``)."""
         data = cast(dict, self.api("query", query=expr))
         return data["result"] if data["resultType"] == "vector" else [{"metric": {}, "value": data["result"]}]
-
-    def stop(self) -> None:
-        """Stop the process by its pid (killed if it does not go) and remove its folder."""
-        process, self._process = self._process, None
-        if process is not None:
-            stop_process(process, signal.SIGTERM, 10.0)
-        folder, self._folder = self._folder, None
-        if folder is not None:
-            folder.cleanup()
-
-    def __enter__(self) -> "PrometheusProcess":
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
