@@ -114,11 +114,8 @@ class LimitRule:
     @property
     def largest_send(self) -> int:
         """The highest cost one send can have and still fit, on an idle server."""
-        if self.algorithm == "leaky-bucket":
-            return self.burst + 1
-        if self.algorithm == "sliding-counter":
-            return self._sliding_bucket()[1] + 1
-        return self.limit or self.max
+        bucket = self._bucket()
+        return bucket[1] + 1 if bucket is not None else self.limit or self.max
 
     def at(self, endpoint: str) -> "LimitRule":
         """This rule counted for ``endpoint`` alone: an endpoint-scoped rule's part for one endpoint of a key."""
@@ -133,16 +130,24 @@ class LimitRule:
             return AlignedWindow(self.limit, period, server_clock)
         if self.algorithm in ("rolling-window", "fixed-window"):
             return WindowRing(self.limit, period + MS_GUARD)
-        if self.algorithm == "concurrency":
-            return WindowRing(self.max, 0.0)
+        if (bucket := self._bucket()) is None:
+            return WindowRing(self.max, 0.0)  # a concurrency cap
+        if self.algorithm == "sliding-counter":
+            # The counter weighs the previous window too: a send may count against it for two periods.
+            return Gcra(*bucket, memory=2 * period + MS_GUARD)
+        return Gcra(*bucket)
+
+    def _bucket(self) -> tuple[float, int] | None:
+        """The GCRA (emission interval, burst) the client honours this rule by; None for a window or a concurrency
+        cap, honoured by a ring. Kraken's decaying counter is one: it drains a unit every 1 / decay seconds and
+        holds at most max."""
         if self.algorithm == "leaky-bucket":
-            return Gcra(1 / self.rate_per_s, self.burst)
+            return 1 / self.rate_per_s, self.burst
         if self.algorithm == "decaying-counter":
-            # Kraken's counter is a GCRA: it drains one unit every 1 / decay seconds and holds at most max.
-            return Gcra(1 / self.decay_per_s, self.max - 1)
-        interval, burst = self._sliding_bucket()
-        # The counter weighs the previous window too: a send may count against it for two periods.
-        return Gcra(interval, burst, memory=2 * period + MS_GUARD)
+            return 1 / self.decay_per_s, self.max - 1
+        if self.algorithm == "sliding-counter":
+            return self._sliding_bucket()
+        return None
 
     def _sliding_bucket(self) -> tuple[float, int]:
         """The bucket whose sends a sliding counter never refuses, whatever its windows' alignment.
@@ -174,14 +179,9 @@ class LimitRule:
             return self.limit // cost / period
         if self.algorithm in ("rolling-window", "fixed-window"):  # whole sends per ring, each cycling once
             return self.limit // cost / (period + MS_GUARD + round_trip)
-        if self.algorithm == "concurrency":
+        if (bucket := self._bucket()) is None:  # a concurrency cap
             return self.max // cost / round_trip if round_trip > 0 else float("inf")
-        if self.algorithm == "leaky-bucket":
-            interval, burst = 1 / self.rate_per_s, self.burst
-        elif self.algorithm == "decaying-counter":
-            interval, burst = 1 / self.decay_per_s, self.max - 1
-        else:
-            interval, burst = self._sliding_bucket()
+        interval, burst = bucket
         # k sends in flight at most; the k-th after a settled one waits for TAT less what the burst leaves.
         in_flight = (burst + 1) // cost
         cycle = round_trip + MS_GUARD + (cost * (in_flight + 1) - burst - 1) * interval
