@@ -121,12 +121,16 @@ class FaultRates:
 
     def pick(self, draw: float) -> str | None:
         """The fault for a uniform draw in [0, 1), or None for a normal answer."""
-        for name in ("fail", "garbage", "drop", "stall"):
-            rate = getattr(self, name)
-            if draw < rate:
-                return name
-            draw -= rate
-        return None
+        return _pick(draw, [(name, getattr(self, name)) for name in ("fail", "garbage", "drop", "stall")])
+
+
+def _pick(draw: float, rates: list[tuple[str, float]]) -> str | None:
+    """The name whose share of [0, 1) a uniform ``draw`` falls in, the ``rates`` laid end to end; None past them."""
+    for name, rate in rates:
+        if draw < rate:
+            return name
+        draw -= rate
+    return None
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,20 @@ class Orders:
             raise ValueError(f"--status-misses must be 0 or more, got {self.status_misses}")
         if (self.status_misses or any(getattr(self, name) for name in _ORDER_RATES)) and not self.enabled:
             raise ValueError("the order and status faults need --order-status")
+
+    def order_fault(self, draw: Callable[[], float]) -> str | None:
+        """The order endpoint's fault for this answer (``execution_unknown``, ``late``), or None; ``draw`` is
+        called only when some fault may happen (a seeded server's draws stay as they were without them)."""
+        return self._fault(draw, [("execution_unknown", self.execution_unknown_rate), ("late", self.order_late_rate)])
+
+    def status_fault(self, draw: Callable[[], float]) -> str | None:
+        """The status endpoint's fault for this answer (``lost``, ``late``, ``unknown``), or None; as ``order_fault``."""
+        return self._fault(draw, [("lost", self.status_lost_rate), ("late", self.status_late_rate),
+                                  ("unknown", self.status_unknown_rate)])
+
+    @staticmethod
+    def _fault(draw: Callable[[], float], rates: list[tuple[str, float]]) -> str | None:
+        return _pick(draw(), rates) if any(rate for _, rate in rates) else None
 
 
 _ORDER_RATES = ("execution_unknown_rate", "order_late_rate", "status_lost_rate", "status_late_rate",
@@ -883,19 +901,17 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        orders = server.orders
-        if orders.execution_unknown_rate or orders.order_late_rate:
-            draw = server.draw()
-            if draw < orders.execution_unknown_rate:  # executed, and the answer says nobody knows
-                state.count_order("execution_unknown")
-                answer("execution_unknown", 500, {**error_body("execution status unknown"), "code": -1007})
-                return
-            if draw - orders.execution_unknown_rate < orders.order_late_rate:  # executed, answered past a timeout
-                state.count_order("accepted_late")
-                self._write_ledger(entry, "accepted_late", 200)
-                time.sleep(STALL_S)
-                self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
-                return
+        fault = server.orders.order_fault(server.draw)
+        if fault == "execution_unknown":  # executed, and the answer says nobody knows
+            state.count_order("execution_unknown")
+            answer("execution_unknown", 500, {**error_body("execution status unknown"), "code": -1007})
+            return
+        if fault == "late":  # executed, answered past a timeout
+            state.count_order("accepted_late")
+            self._write_ledger(entry, "accepted_late", 200)
+            time.sleep(STALL_S)
+            self._answer(200, {"status": "OK", "req_id": params.get("req_id")})
+            return
         answer("accepted", 200, {"status": "OK", "req_id": params.get("req_id")})
 
     def _ask_order(self, params: dict[str, str], body: str, query: str) -> None:
@@ -928,17 +944,16 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self._answer(400, error_body(MSG_INVALID_NONCE))
             return
         state.count_order("status_asks")
-        draw = server.draw() if orders.status_lost_rate or orders.status_late_rate or orders.status_unknown_rate else 1.0
-        if draw < orders.status_lost_rate:
+        fault = orders.status_fault(server.draw)
+        if fault == "lost":
             state.count_order("status_lost")
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        draw -= orders.status_lost_rate
-        if draw < orders.status_late_rate:
+        if fault == "late":
             state.count_order("status_late")
             time.sleep(STALL_S)
-        elif draw - orders.status_late_rate < orders.status_unknown_rate:
+        elif fault == "unknown":
             state.count_order("status_unknown")
             self._answer(503, {**error_body("order status unknown"), "code": -1007})
             return
