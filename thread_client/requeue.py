@@ -17,7 +17,8 @@ from .cluster.address import StoreAddress, is_store_url
 from .cluster.work_stream import WorkStream, submit_work
 from .errors import ConfigError, StoreUnavailable
 from .io.jsonlines import json_objects
-from .request import FinalOutcome, InvalidInput, Work, json_text, parse_line, read_json
+from .io.resume import EarlierSend
+from .request import FinalOutcome, InvalidInput, Work, parse_line, read_json
 
 __all__ = [
     "DEAD", "DOUBLE_RISK", "REQUEUABLE", "dead_letters", "double_risk", "keep_last", "original_requests", "outcomes",
@@ -98,11 +99,8 @@ def original_requests(ids: set[str], journal: Path, source: Path | None,
     is left out. Raises OSError if ``source`` cannot be read."""
     found: dict[str, Work] = {}
     for record in json_objects(journal, read_json):
-        if record.get("id") in ids and "answered" not in record:
-            line = {name: record[name] for name in ("id", "params", "method", "path", "weight") if name in record}
-            item = parse_line(json_text(line), "the send journal")
-            if isinstance(item, Work):
-                found[item.id] = item
+        if record.get("id") in ids and "answered" not in record and (send := EarlierSend.read(record)) is not None:
+            found[send.id] = send.work()
     if source is not None:
         with source.open("rb") as lines:
             for number, raw in enumerate(lines, 1):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..delivery import AT_LEAST_ONCE, Delivery
-from ..request import FinalOutcome, InvalidInput, Params, Request, endpoint_fields, json_text, read_json
+from ..request import FinalOutcome, InvalidInput, Params, Request, Work, endpoint_fields, json_text, read_json
 from .jsonlines import JsonLinesFile, JsonLinesOutput, json_objects
 from .seen_ids import SeenIds
 
@@ -66,6 +66,20 @@ class EarlierSend:
     weight: int = 1
     requeue: int = 0  # the n-th sending again of the id after its dead record (0: its first life)
 
+    @classmethod
+    def read(cls, record: dict) -> "EarlierSend | None":
+        """The send a journal's ``sending`` record notes; None if the record is not one (a torn or foreign line)."""
+        try:
+            return cls(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})),
+                       str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)),
+                       int(record.get("requeue", 0)))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def work(self) -> Work:
+        """The request as it was sent, to send again."""
+        return Work(self.id, self.params, method=self.method, path=self.path, weight=self.weight)
+
 
 class ResumePoint:
     """What an earlier run of the same input left.
@@ -111,7 +125,7 @@ class ResumePoint:
         last_on_key: dict[str, tuple[EarlierSend, bool]] = {}
         key_of_last: dict[str, str] = {}
         for record in json_objects(Path(f"{results_path}.sent"), read_json):
-            send = _earlier_send(record)
+            send = EarlierSend.read(record)
             if send is None:
                 continue
             if record.get("answered") is True:  # counts only while that send is still its key's last
@@ -153,12 +167,3 @@ def line_digest(raw: bytes) -> str:
 
 def _line_key(where: str, digest: str) -> str:
     return f"{where} {digest}"
-
-
-def _earlier_send(record: dict) -> EarlierSend | None:
-    try:
-        return EarlierSend(str(record["id"]), str(record["key"]), int(record["nonce"]), dict(record.get("params", {})),
-                           str(record.get("method", "")), str(record.get("path", "")), int(record.get("weight", 1)),
-                           int(record.get("requeue", 0)))
-    except (KeyError, TypeError, ValueError):
-        return None
