@@ -100,9 +100,10 @@ run: setup  ## start the server, run the client until Ctrl-C, stop the server (a
 BENCH_SECONDS ?= 60
 BENCH_KEYS ?= 5
 BENCH_JSON ?= bench-results.json
+BENCH_CONSOLE ?=
 
-bench: setup  ## twenty-one rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential, far-incoming, far-outgoing; fixed-window, leaky-bucket, sliding-counter, decaying-counter against the server's emulations; flask-limiter, nginx), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png
-	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) $(PY) -m tools.bench
+bench: setup  ## twenty-one rows (saturate, exercise, tls, conn-per-request, exactly-once, jsonl, jsonl-exactly-once, held-keys, slow-server, far-90, far-150, latency-change, far-exponential, far-incoming, far-outgoing; fixed-window, leaky-bucket, sliding-counter, decaying-counter against the server's emulations; flask-limiter, nginx), each against a fresh server, the order model's bound beside each; table, $(BENCH_JSON), img/bench.png; BENCH_CONSOLE=1 runs each again with the console polled
+	BENCH_SECONDS=$(BENCH_SECONDS) BENCH_KEYS=$(BENCH_KEYS) BENCH_JSON=$(BENCH_JSON) BENCH_CONSOLE=$(BENCH_CONSOLE) $(PY) -m tools.bench
 
 CHAOS_SECONDS ?= 30
 

@@ -5,6 +5,8 @@ latencies and a client process with ``--metrics-port``. After a warm-up that is
 not counted, the server's stats and the client's metrics are sampled at both
 ends of the counted window; the server is also sampled every second for the plot.
 The flask-limiter and nginx rows put a real limiter in the server's place, refereed by its own counts.
+With ``--console``, each mode runs a second time with the control API open and polled as the console page polls
+it (status every second, a page of dead letters every ten), beside the plain row it must match.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -23,7 +26,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
@@ -77,6 +80,12 @@ class BenchRow:
     identity_holds: bool
     client_exit: int
     per_second: list[float]
+    console: bool = False  # the control API was open and polled through the run
+    console_answers: int = 0  # the polls it answered 200
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}+console" if self.console else self.mode
 
 
 def bench_keys(count: int) -> tuple[str, ...]:
@@ -213,12 +222,13 @@ def write_requests(path: Path, count: int) -> Path:
     return path
 
 
-def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str]) -> BenchRow:
+def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, workdir: Path, extra: list[str],
+             console: bool = False) -> BenchRow:
     mode = MODES[name]
     model_bound = mode.model_bound()  # before anything starts: it is a few tenths of a second of CPU
     keys_file = workdir / "keys.txt"
     keys_file.write_text("\n".join(keys) + "\n")
-    run_dir = workdir / name
+    run_dir = workdir / (f"{name}+console" if console else name)
     run_dir.mkdir()
     server_args, client_args, context = list(mode.server_args), list(mode.client_args), None
     if mode.tls:
@@ -237,17 +247,52 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
             proxy = stack.enter_context(TcpProxy(server.port))
             url = f"http://127.0.0.1:{proxy.port}"
             _slow_down_mid_window(proxy, mode.slowdown, warmup, seconds)
+        answered = [0]
+        if console:
+            control_port = free_port()
+            client_args += ["--control-port", str(control_port), "--control-token-file", str(run_dir / "token")]
+            answered = stack.enter_context(_polled(control_port))
         command = client_command(
             url, run_dir, "--keys-file", str(keys_file), "--load", mode.load, *client_args,
             "--duration", str(warmup + seconds + 1), "--metrics-port", str(port), "--log-level", "WARNING", *extra,
         )
         client = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
         try:
-            return _measure(name, keys, seconds, warmup, server, client, port, run_dir, model_bound)
+            row = _measure(name, keys, seconds, warmup, server, client, port, run_dir, model_bound)
+            return replace(row, console=True, console_answers=answered[0]) if console else row
         finally:
             if client.poll() is None:
                 client.kill()
                 client.wait()
+
+
+@contextlib.contextmanager
+def _polled(port: int) -> Iterator[list[int]]:
+    """Poll the control API on ``port`` as the console page does (its status every second, a page of dead letters
+    every ten), from a thread of this process, until the block ends; yields the polls answered 200, as they come
+    (a poll refused or not answered yet is tried again at the next tick)."""
+    stop = threading.Event()
+    answered = [0]
+
+    def poll() -> None:
+        for tick in itertools.count():
+            for path in ("/api/v1/status", "/api/v1/dead?limit=50")[:1 if tick % 10 else 2]:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                        answer.read()
+                        answered[0] += 1
+                except OSError:  # not serving yet, or a 404 (no results file): the poll itself is the load
+                    pass
+            if stop.wait(1.0):
+                return
+
+    poller = threading.Thread(target=poll, name="console-poller", daemon=True)
+    poller.start()
+    try:
+        yield answered
+    finally:
+        stop.set()
+        poller.join(10)
 
 
 def _slow_down_mid_window(proxy: TcpProxy, delay: float, warmup: float, seconds: float) -> None:
@@ -342,7 +387,8 @@ COLUMNS = [
 
 def format_table(rows: list[BenchRow]) -> str:
     cells = [[title for title, _, _ in COLUMNS]]
-    cells += [[fmt.format(getattr(row, field)) for _, field, fmt in COLUMNS] for row in rows]
+    cells += [[fmt.format(row.label if field == "mode" else getattr(row, field)) for _, field, fmt in COLUMNS]
+              for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     lines = ["| " + " | ".join(cell.rjust(width) for cell, width in zip(line, widths)) + " |" for line in cells]
     lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
@@ -403,13 +449,23 @@ def verdicts(row: BenchRow, rows: list[BenchRow]) -> list[str]:
              row.graveyard == 0 and row.invalid_nonce * 500 < max(row.accepted_per_s * row.seconds, 1)),
             ("end-to-end p99 < 1000 ms", row.latency_p99_ms < 1000),
         ]
-    return [f"  [{'met' if ok else 'MISSED'}] {row.mode}: {text}" for text, ok in checks]
+    plain = next((other for other in rows if other.mode == row.mode and not other.console), None)
+    if row.console and plain is not None:
+        checks += [
+            (f"the console answered a poll every counted second ({row.console_answers})",
+             row.console_answers >= row.seconds),
+            (f"within 1% of the plain row's accepted/s ({plain.accepted_per_s:.1f})",
+             row.accepted_per_s >= 0.99 * plain.accepted_per_s),
+            (f"CPU per 1000 within 10% of the plain row's ({plain.cpu_s_per_1000:.3f})",
+             row.cpu_s_per_1000 <= 1.10 * plain.cpu_s_per_1000),
+        ]
+    return [f"  [{'met' if ok else 'MISSED'}] {row.label}: {text}" for text, ok in checks]
 
 
 def plot(rows: list[BenchRow], path: Path) -> None:
     figure, axes = new_figure(9, 4.5)
     for row in rows:
-        axes.plot(range(1, len(row.per_second) + 1), row.per_second, label=f"{row.mode} ({row.accepted_per_s:.1f}/s)")
+        axes.plot(range(1, len(row.per_second) + 1), row.per_second, label=f"{row.label} ({row.accepted_per_s:.1f}/s)")
     nominal = rows[0].keys * RATE
     axes.axhline(nominal, color="black", linestyle="--", linewidth=1, label=f"nominal ceiling {nominal}/s")
     ceiling = rows[0].ceiling_per_s
@@ -432,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated, of {', '.join(MODES)} (default all)")
     parser.add_argument("--json", default=os.environ.get("BENCH_JSON", "bench-results.json"), help="results file")
     parser.add_argument("--plot", default=str(REPO_ROOT / "img" / "bench.png"), help="plot file ('' for none)")
+    parser.add_argument("--console", action="store_true", default=bool(os.environ.get("BENCH_CONSOLE")),
+                        help="run each mode again with the control API open and polled as the console page polls it "
+                             "(env BENCH_CONSOLE=1)")
     parser.add_argument("client_args", nargs="*", help="extra client arguments, after --")
     args = parser.parse_args(argv)
     if args.seconds < 1 or args.warmup < 2 or args.keys < 1:
@@ -449,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes.split(","):
             print(f"bench: {mode}, {len(keys)} keys, {args.warmup:g} s warm-up + {args.seconds:g} s counted ...", flush=True)
             rows.append(run_mode(mode, keys, args.seconds, args.warmup, Path(workdir), args.client_args))
+            if args.console:
+                print(f"bench: {mode} again, the console polled ...", flush=True)
+                rows.append(run_mode(mode, keys, args.seconds, args.warmup, Path(workdir), args.client_args, True))
     print(format_table(rows))
     for row in rows:
         print("\n".join(verdicts(row, rows)))
