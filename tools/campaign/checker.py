@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from thread_client.config import DEFAULT_KEYS
+from thread_client.limits.keys import mask
 
 from .runs import DaemonRun, Record
 
 if TYPE_CHECKING:
+    from .nemesis import Fault
+    from .operator import Pause
     from .system import System
 
 __all__ = ["History", "Violation", "check", "check_bad_command_line", "collect"]
@@ -30,6 +33,12 @@ DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4})
 START_UP_S = 3.0
 #: At most this many ids are named in one violation.
 SHOWN_IDS = 10
+#: A send that left before a pause was answered reaches the exchange within its latency and this much more.
+PAUSE_GRACE_S = 0.5
+#: Faults during which a send made before a pause may be stamped long after it (a frozen exchange's backlog, a slow
+#: proxy, a daemon stopped mid-write), or that reach the exchange around its ledger: a pause meeting one is not judged.
+STAMPS_LATE = frozenset({"exchange-freeze", "exchange-restart", "exchange-503-burst", "exchange-418-ban", "proxy-delay",
+                         "proxy-cut", "proxy-half-close", "daemon-pause"})
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,13 @@ class History:
     records: list[Record] = field(default_factory=list)
     torn_records: int = 0
     ledger: list[dict] = field(default_factory=list)
+    timeline: list["Fault"] = field(default_factory=list)
+    pauses: list["Pause"] = field(default_factory=list)
 
 
-def collect(system: "System", healed: bool, nemesis_errors: list[str]) -> History:
-    history = History(system, healed, nemesis_errors)
+def collect(system: "System", healed: bool, nemesis_errors: list[str], timeline: list["Fault"] = (),
+            pauses: list["Pause"] = ()) -> History:
+    history = History(system, healed, nemesis_errors, timeline=list(timeline), pauses=list(pauses))
     history.records, history.torn_records = system.outputs.records()
     if system.ledger_file.exists():
         for raw in system.ledger_file.read_text(errors="replace").splitlines():
@@ -75,6 +87,7 @@ def check(history: History) -> list[Violation]:
         violations.append(Violation("not_live", "after every fault had ended, the work did not finish in time"))
     violations += _check_runs(history)
     violations += _check_ledger(history)
+    violations += _check_pauses(history)
     if history.system.setting.source != "generate":
         violations += _check_records(history)
     return violations
@@ -177,6 +190,31 @@ def _check_ledger(history: History) -> list[Violation]:
     if refused:
         violations.append(Violation("refused_but_accepted", f"{len(refused)} records say the request was not taken; "
                                     "the exchange accepted it", tuple(refused)))
+    return violations
+
+
+def _check_pauses(history: History) -> list[Violation]:
+    """A paused key (or every key of a paused daemon) sends nothing from its pause's answer (and the latency of a
+    send already on its way) until its resume was asked, or its run ended (a next run knows no pause)."""
+    system = history.system
+    grace = system.setting.max_latency_ms / 1000 + PAUSE_GRACE_S
+    runs = {run.number: run for run in system.runs}
+    late = [(system.wall_started + fault.at - 1, system.wall_started + fault.at + fault.length + 1)
+            for fault in history.timeline if fault.kind in STAMPS_LATE]
+    violations = []
+    for pause in history.pauses:
+        run = runs.get(pause.run) if pause.run is not None else None
+        if run is None or pause.paused_at is None or pause.resumed_at is None:
+            continue
+        start, end = pause.paused_at + grace, min(pause.resumed_at, run.wall_ended or pause.resumed_at)
+        if any(from_ <= end and start <= to for from_, to in late):
+            continue
+        sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None
+                and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys]
+        if sent:
+            violations.append(Violation("sent_while_paused", f"{len(sent)} requests stamped on {', '.join(pause.keys)} "
+                                        f"while run {run.number} had it paused ({pause.command.to_json()})",
+                                        tuple(str(entry.get("id")) for entry in sent)))
     return violations
 
 

@@ -11,6 +11,7 @@ from typing import Callable
 
 from .checker import Violation, check, check_bad_command_line, collect
 from .nemesis import Fault, draw_timeline, play_timeline
+from .operator import Command, draw_commands, play_commands
 from .setting import Setting, draw_bad_command_line, draw_setting
 from .system import System, refuse_bad_command_line
 
@@ -21,6 +22,7 @@ __all__ = ["SeedResult", "play_seed"]
 class SeedResult:
     setting: Setting
     timeline: list[Fault]
+    commands: list[Command]
     violations: list[Violation]
     seconds: float
     runs: int
@@ -30,6 +32,7 @@ class SeedResult:
         return json.dumps({
             "seed": self.setting.seed, "setting": asdict(self.setting),
             "timeline": [asdict(fault) for fault in self.timeline],
+            "operator": [asdict(command) for command in self.commands],
             "violations": [violation.as_dict() for violation in self.violations],
         }, indent=1, sort_keys=True)
 
@@ -43,6 +46,7 @@ def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path 
     """Run ``seed`` for ``seconds`` of faults and heal; its files are kept under ``keep`` if given."""
     setting = draw_setting(seed, seconds)
     timeline = draw_timeline(setting)
+    commands = draw_commands(setting)
     log(f"seed {seed}: {setting.to_json()}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"campaign-{seed}-") as tmp:
@@ -50,12 +54,16 @@ def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path 
         folder.mkdir(parents=True, exist_ok=True)
         with System(setting, folder, log) as system:
             system.start_all()
+            pauses, operator = play_commands(system, commands, started, log)
             errors = play_timeline(system, timeline, started, log)
+            operator.join(timeout=120)
+            if operator.is_alive():
+                errors.append("the operator's commands did not end within 120 s")
             healed = system.heal(heal_bound(setting))
-            history = collect(system, healed, errors)
+            history = collect(system, healed, errors, timeline, pauses)
         violations = check(history)
         runs = len(system.runs)
         bad = draw_bad_command_line(seed)
         log(f"  a bad command line: {bad!r:.120}")
         violations += check_bad_command_line(bad, refuse_bad_command_line(bad, folder))
-    return SeedResult(setting, timeline, violations, time.monotonic() - started, runs)
+    return SeedResult(setting, timeline, commands, violations, time.monotonic() - started, runs)

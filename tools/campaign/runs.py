@@ -38,6 +38,12 @@ class DaemonRun:
     wall_ended: float | None = None
     #: How long the nemesis kept it stopped (SIGSTOP): no part of its own time to start up.
     paused_s: float = 0.0
+    #: Its control API's port (a single daemon's; None: it serves none).
+    control_port: int | None = None
+
+    @property
+    def control_token(self) -> Path:
+        return self.folder / "control-token"
 
     @property
     def log(self) -> Path:

@@ -123,6 +123,7 @@ class System:
         self._processes: dict[str, tuple[subprocess.Popen, DaemonRun]] = {}
         self._pipes: dict[str, _Pipe] = {}
         self._started = time.monotonic()
+        self.wall_started = time.time()
 
     # -- the parts -----------------------------------------------------------------------------------
 
@@ -261,6 +262,8 @@ class System:
             args += list(self._tls.client_args)
         if setting.topology == "cluster":
             return args + ["--source", self.store_url(run.member), "--member", run.member], None
+        run.control_port = free_port()
+        args += ["--control-port", str(run.control_port), "--control-token-file", str(run.control_token)]
         results = "-" if self._records_on_stdout() else str(self.results_file)
         if setting.source == "generate":
             left = setting.seconds - (time.monotonic() - self._started)
@@ -327,6 +330,12 @@ class System:
                     break
                 run.consumed.append(index)
         return run
+
+    def current_run(self) -> DaemonRun | None:
+        """The run of the single daemon going now, if one is."""
+        with self._lock:
+            process, run = self._processes.get(self._members[0], (None, None))
+        return run if process is not None and process.poll() is None else None
 
     def running(self, member: str) -> bool:
         with self._lock:
