@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
 from .profile import Secret
+from .secret_files import refuse_if_shared
 from .toml_text import LineFinder, read_toml
 
 __all__ = ["KeyList", "read_keys_file"]
@@ -49,9 +49,7 @@ def read_keys_file(path: str) -> KeyList:
     source = f"keys file {path}"
     keys = _from_toml(text, source) if path.endswith(".toml") else _from_columns(text, source)
     if any(keys.secrets) or any(keys.extras):
-        if mode & 0o077:
-            raise ConfigError(f"{source} holds secrets and can be read by group or others "
-                              f"(mode {stat.filemode(mode)}): chmod 600 {path}")
+        refuse_if_shared(mode, f"{source} holds secrets and", path)
     if not keys.keys:
         raise ConfigError(f"{source} holds no keys")
     if len(set(keys.keys)) != len(keys.keys):

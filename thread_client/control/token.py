@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 
 from ..errors import ConfigError
+from ..secret_files import refuse_if_shared
 
 __all__ = ["control_token"]
 
@@ -24,9 +24,7 @@ def control_token(path: str) -> tuple[str, bool]:
                 token = file.readline().strip()
         except OSError as exc:
             raise ConfigError(f"--control-token-file {path}: {exc.strerror or exc}") from exc
-        if mode & 0o077:
-            raise ConfigError(f"--control-token-file {path} can be read by group or others (mode "
-                              f"{stat.filemode(mode)}): chmod 600 {path}")
+        refuse_if_shared(mode, f"--control-token-file {path}", path)
         if not token:
             raise ConfigError(f"--control-token-file {path}: the file is empty (delete it to have a token made)")
         return token, False
