@@ -3,14 +3,16 @@ nonces that survive a crash, a restart and a server far ahead."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 
 import requests
 
-from conftest import KEYS, ROOT, read_summary, run_client, wait_for
+from conftest import KEYS, ROOT, read_summary, run_client, scrape_text, wait_for
 from thread_client.limits.keys import mask
 from tools.harness.client_process import client_command
+from tools.harness.processes import free_port
 
 HOUR_US = 3_600_000_000
 
@@ -125,3 +127,58 @@ def test_a_cluster_member_and_a_host_mode_daemon_on_the_same_keys_and_state_dir_
     member.terminate()
     out, _ = member.communicate(timeout=30)
     assert member.returncode == 0, out
+
+
+def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meets_no_stamp_of_its_last_run(
+        start_server, client_process, tmp_path):
+    """Seed 9307: the first run's sends into the frozen exchange were unanswered when it stopped (SIGTERM), and the
+    exchange stamped them as it thawed, inside the next run's first window: that run had waited only the limits'
+    memory at its start, and was refused for its own sends (13 rejections). The stop writes down until when each
+    key's sends in doubt may count, and the next run holds the key until then."""
+    server = start_server("--max-latency-ms", "5", "--rate", "5")
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text(f"{KEYS[0]}\n")
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    log = second_dir / "log.txt"
+    ports = free_port(), free_port()
+    args = ("--state-dir", str(tmp_path / "state"), "--keys-file", str(keys_file), "--rate", "5", "--load", "saturate",
+            "--http-timeout-ms", "300")
+    first = client_process(server, first_dir, *args, "--metrics-port", str(ports[0]))
+    wait_for(lambda: server.stats()["totals"]["accepted"] >= 10)
+    with server.frozen():
+        # Every slot of the ring sent into the freeze, timed out, watched for its late answer.
+        wait_for(lambda: _metric(ports[0], f'attempts_total{{key="{mask(KEYS[0])}",outcome="timeout"}} ') >= 5)
+        first.send_signal(signal.SIGTERM)
+        out, _ = first.communicate(timeout=30)
+        assert first.returncode == 0, out
+        assert read_summary(first_dir)["late_answer_caps"] == 5  # still watched at the stop: in doubt
+        second = client_process(server, second_dir, *args, "--metrics-port", str(ports[1]), "--log-file", str(log))
+        # The next run holds the key (its log says so), or has sent its whole ring into the freeze.
+        wait_for(lambda: "first send in" in _text(log)
+                 or _metric(ports[1], f'limit_remaining{{key="{mask(KEYS[0])}",') == 0)
+    second.send_signal(signal.SIGTERM)
+    out, _ = second.communicate(timeout=30)
+    assert second.returncode == 0, out
+    sent = sum(sum(summary["outcomes"].get(outcome, 0) for outcome in ("accepted", "invalid_nonce", "rate_limited",
+                                                                      "timeout"))
+               for summary in (read_summary(first_dir), read_summary(second_dir)))
+    # Until the thawed exchange has stamped every send of both runs.
+    wait_for(lambda: sum(server.stats()["totals"][name] for name in ("accepted", "invalid_nonce", "rate_limited",
+                                                                    "blocked")) >= sent)
+    assert server.stats()["totals"]["rate_limited"] == 0
+    assert f"{mask(KEYS[0])}: first send in 1" in _text(log)  # the cap and a window from the stop: 120 s and more
+    assert read_summary(second_dir)["accepted"] == 0
+
+
+def _metric(port: int, start: str) -> float:
+    """The value of the running client's first sample that starts ``thread_client_<start>`` (-1 while none does)."""
+    for line in scrape_text(port).splitlines():
+        if line.startswith(f"thread_client_{start}"):
+            return float(line.rsplit(" ", 1)[1])
+    return -1.0
+
+
+def _text(path) -> str:
+    return path.read_text() if path.exists() else ""

@@ -1,5 +1,6 @@
-"""A key's state on this host, kept in the state dir: who drives it now, how far its nonces have gone, and
-the rate-limit strikes it has had (the server never forgets them).
+"""A key's state on this host, kept in the state dir: who drives it now, how far its nonces have gone, the
+rate-limit strikes it has had (the server never forgets them), and until when the last run's unanswered sends
+may still weigh in the server's limits.
 
 Two daemons on one key reuse each other's nonces and strike each other's rate
 limit until the server blocks the key (what users of ccxt and krakenex met with
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +34,7 @@ class KeyState:
         self._lock_path = folder / f"{stem}.lock"
         self._mark_path = folder / f"{stem}.nonce"
         self.strikes_path = folder / f"{stem}.strikes"
+        self._stamped_path = folder / f"{stem}.stamped"
         self._fd: int | None = None
 
     def __repr__(self) -> str:
@@ -71,6 +74,16 @@ class KeyState:
         a restarted daemon must not get a fresh budget while the server's count never resets."""
         _write_durably(self.strikes_path, strikes)
         return strikes
+
+    def read_stamped_until(self) -> float:
+        """Until when (wall-clock seconds) sends of the last run on this key, unanswered at its stop, may still
+        weigh in the server's limits (0 if none is recorded). Raises ValueError if the record is not a number."""
+        return _read_number(self._stamped_path) / 1000
+
+    def write_stamped_until(self, until: float) -> None:
+        """Record durably that sends unanswered as this run stops may weigh in the server's limits until
+        ``until`` (wall-clock seconds, kept in whole milliseconds rounded up: never cut short)."""
+        _write_durably(self._stamped_path, math.ceil(until * 1000))
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import logging
+import math
 import threading
+import time
 from typing import Callable, Iterable, Iterator, Sequence
 
+from .. import defaults
 from ..clock import Clock, monotonic
 from .host_state import KeyState
 from .limiter import PausedBy, ThreadSafeRateLimiter
@@ -16,6 +20,8 @@ from .order_rule import OrderRule
 from .scopes import RuleScopes
 
 __all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
+
+log = logging.getLogger(__name__)
 
 
 def key_id(secret: str) -> str:
@@ -136,6 +142,12 @@ class ApiKey:
             return max(self._watched, default=None)
 
     @property
+    def watching(self) -> int:
+        """The sends on this key still watched for their late answer."""
+        with self._lock:
+            return sum(self._watched.values())
+
+    @property
     def paused(self) -> bool:
         """Paused by the operator (the daemon's own pause is the daemon's to show)."""
         return PausedBy.OPERATOR in self.limiter.paused_by
@@ -216,11 +228,25 @@ class BaseKeyPool:
 class HostKeyPool(BaseKeyPool):
     """Keys driven by this process alone on this host: each is locked in the state dir for the life of
     the process (a second daemon on the same key is refused), its nonces start above its durable mark,
-    and its strikes are remembered across runs."""
+    its strikes are remembered across runs, and so is until when the sends a run left unanswered at its
+    stop may weigh in the server's limits: the next run holds the key until then (as a shared key's next
+    owner waits, ``LeasedKeyPool``).
 
-    def __init__(self, keys: Iterable[ApiKey], states: Iterable[KeyState]) -> None:
+    ``stamps_last``: from a send's timeout, how long its stamp may weigh in the server's limits: the
+    late-answer watch's cap, then the limits' memory. ``wall``: the clock of the records (they outlive the
+    process, and its monotonic clock with it).
+    """
+
+    def __init__(
+        self, keys: Iterable[ApiKey], states: Iterable[KeyState], *, stamps_last: float, clock: Clock = monotonic,
+        wall: Clock = time.time,
+    ) -> None:
         super().__init__(keys)
         self._states = tuple(states)
+        self._stamps_last = stamps_last
+        self._clock = clock
+        self._wall = wall
+        self._released = False
 
     @classmethod
     def open(
@@ -234,11 +260,16 @@ class HostKeyPool(BaseKeyPool):
         unanswered_hold: float,
         order_rule: OrderRule | None = None,
         timestamps: ServerTimestamps | None = None,
+        late_answer_cap: float = defaults.LATE_ANSWER_CAP,
         clock: Clock = monotonic,
+        wall: Clock = time.time,
     ) -> "HostKeyPool":
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
         and give it a limiter whose nonces start above the key's durable mark, spending from the states
-        ``limits`` gives it (``accounts``: each key's account, in the order of ``secrets``)."""
+        ``limits`` gives it (``accounts``: each key's account, in the order of ``secrets``), held until
+        the sends the last run left unanswered can no longer weigh in the server's limits.
+        ``late_answer_cap``: how long a send that timed out is watched for its late answer (``LateAnswers``)."""
+        stamps_last = late_answer_cap + limits.memory
         secrets = list(secrets)
         account_of = dict(zip(secrets, accounts))
         states: list[KeyState] = []
@@ -257,15 +288,61 @@ class HostKeyPool(BaseKeyPool):
                     order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
                     nonces=nonces, clock=clock,
                 )
-                keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
-                                   remember_strikes=state.write_strikes, account=account))
+                key = ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
+                             remember_strikes=state.write_strikes, account=account)
+                _hold_for_last_run(key, state, stamps_last, wall)
+                keys.append(key)
         except BaseException:
             for state in states:
                 state.unlock()
             raise
-        return cls(keys, states)
+        return cls(keys, states, stamps_last=stamps_last, clock=clock, wall=wall)
 
     def release(self) -> None:
-        """Let the keys go on this host (their locks); after the workers are joined. Idempotent."""
-        for state in self._states:
+        """Record, for each key with sends still in doubt, until when they may weigh in the server's limits,
+        then let the keys go on this host (their locks); after the workers are joined, before the late-answer
+        watches are closed. A record the state dir refuses is logged, and the keys are let go all the same.
+        Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        now, wall_now = self._clock(), self._wall()
+        for key, state in zip(self._keys, self._states):
+            stamped_for = self._stamped_for(key, now)
+            if stamped_for > 0:
+                try:
+                    state.write_stamped_until(wall_now + stamped_for)
+                except OSError as exc:
+                    log.error("%s: the state dir refused the record of its unanswered sends (%s): a run started "
+                              "within %.0f s may be refused for them", key.name, exc, stamped_for)
             state.unlock()
+
+    def _stamped_for(self, key: ApiKey, now: float) -> float:
+        """How long from ``now`` the key's sends still in doubt may weigh in the server's limits (0: none is):
+        one watched for its late answer may be stamped until the watch's cap, one in flight unwatched (its
+        worker did not stop in time: the process abandons it) until the cap from now. Every send of this run
+        came after the hold its start read, so this outlasts the last run's record: a key with no send in
+        doubt leaves that record as it is."""
+        watching, in_flight = key.watching, key.limiter.state().in_flight
+        since = now if in_flight > watching else key.watched_since()
+        return 0.0 if since is None else max(0.0, since + self._stamps_last - now)
+
+
+def _hold_for_last_run(key: ApiKey, state: KeyState, bound: float, wall: Clock) -> None:
+    """Hold ``key`` until the sends its last run left unanswered can no longer weigh in the server's limits, as
+    that run recorded; ``bound`` at most, the longest they can. A record past it (written under a wall clock
+    since set back) or not a number is taken at the bound, the safe side, and replaced with it: the next run
+    reads a true one. OSError if the state dir cannot read or write it (as for the nonce mark)."""
+    now = wall()
+    try:
+        until = state.read_stamped_until()
+        why = "the last run on this state dir stopped with sends on it unanswered, which the exchange may count so long"
+    except ValueError as exc:
+        until = math.inf
+        why = f"the record of the last run's unanswered sends is not a number ({exc}): the longest they may count"
+    if until > now + bound:
+        until = now + bound
+        state.write_stamped_until(until)
+    if until > now:
+        key.limiter.hold(until - now)
+        log.warning("%s: first send in %.1f s: %s", key.name, until - now, why)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import ssl
@@ -12,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Iterator
 
 from .processes import stop_process
 
@@ -101,14 +103,20 @@ class ServerProcess:
         return process.returncode
 
     def freeze(self, seconds: float) -> None:
-        """Stop the server's process (SIGSTOP) for ``seconds``, then let it go on (SIGCONT): the kernel keeps
+        """Stop the server's process for ``seconds`` (``frozen()``)."""
+        with self.frozen():
+            time.sleep(seconds)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Stop the server's process (SIGSTOP) for the block, then let it go on (SIGCONT): the kernel keeps
         accepting connections and buffering requests meanwhile, and the server stamps them all when it thaws."""
         process = self._process
         if process is None:
             raise RuntimeError("server process is not started")
         process.send_signal(signal.SIGSTOP)
         try:
-            time.sleep(seconds)
+            yield
         finally:
             process.send_signal(signal.SIGCONT)
 

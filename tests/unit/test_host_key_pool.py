@@ -1,0 +1,136 @@
+"""A host-mode daemon's keys across a stop: the sends still in doubt when it stops (watched for a late answer, or
+abandoned in flight) are written down per key, and the next run on the state dir holds the key until the exchange
+can no longer count them (seed 9307: a daemon restarted while the exchange was frozen with its sends)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from conftest import KEY, KEYS, FakeClock
+from thread_client.limits.host_state import KeyState
+from thread_client.limits.keys import HostKeyPool, mask
+from thread_client.limits.scopes import RuleScopes
+
+CAP = 10.0  # the late-answer watch's cap
+WINDOW = 1.0  # the ring's window: the limits' memory
+BOUND = CAP + WINDOW  # the longest a send in doubt may weigh in the server's limits after its timeout
+
+
+@pytest.fixture
+def wall() -> FakeClock:
+    return FakeClock(1_800_000_000.0)
+
+
+@pytest.fixture
+def open_pool(tmp_path, clock, wall):
+    """Open a pool on the test's state dir, as a run of the daemon does; every pool is released after the test."""
+    pools: list[HostKeyPool] = []
+
+    def start(secrets: list[str] = [KEY]) -> HostKeyPool:
+        pool = HostKeyPool.open(secrets, state_dir=str(tmp_path), limits=RuleScopes.ring(5, WINDOW), order_latency=0.0,
+                                unanswered_hold=1.0, late_answer_cap=CAP, clock=clock, wall=wall)
+        pools.append(pool)
+        return pool
+
+    yield start
+    for pool in pools:
+        pool.release()
+
+
+def advance(seconds: float, *clocks: FakeClock) -> None:
+    for each in clocks:
+        each.advance(seconds)
+
+
+def test_the_record_of_a_stop_is_durable_read_back_rounded_up_and_garbage_is_refused(tmp_path):
+    state = KeyState(tmp_path, KEY, mask(KEY))
+    assert state.read_stamped_until() == 0.0  # none recorded
+    state.write_stamped_until(1_800_000_012.3451)
+    assert state.read_stamped_until() == 1_800_000_012.346  # whole milliseconds, never cut short
+    assert sorted(path.suffix for path in tmp_path.iterdir()) == [".stamped"]  # no temporary file left behind
+    (record,) = tmp_path.glob("*.stamped")
+    record.write_text("12 o'clock\n")
+    with pytest.raises(ValueError):
+        state.read_stamped_until()
+
+
+def test_a_send_watched_at_the_stop_holds_the_key_in_the_next_run_until_the_cap_and_a_window_after_its_timeout(
+    open_pool, clock, wall, caplog
+):
+    first = open_pool()
+    (key,) = first
+    key.limiter.acquire()
+    key.watch_started(clock())  # it timed out into a frozen exchange, which may stamp it until the cap
+    advance(3.0, clock, wall)
+    first.release()  # the daemon stops with the watch still on
+    second = open_pool()
+    (again,) = second
+    assert again.limiter.state().held_for == pytest.approx(BOUND - 3.0, abs=0.002)
+    assert f"{mask(KEY)}: first send in 8.0 s: the last run on this state dir stopped with sends" in caplog.text
+    advance(BOUND - 3.0 + 0.002, clock, wall)
+    assert not again.limiter.state().held  # the exchange can no longer count it: the key's whole budget is usable
+
+
+def test_a_send_its_worker_abandons_in_flight_at_the_stop_counts_from_the_stop(open_pool, clock, wall):
+    first = open_pool()
+    (key,) = first
+    key.limiter.acquire()
+    key.watch_started(clock())  # timed out, watched
+    advance(5.0, clock, wall)
+    key.limiter.acquire()  # sent, not timed out yet: its worker did not join in time, and the process abandons it
+    first.release()
+    (again,) = open_pool()
+    assert again.limiter.state().held_for == pytest.approx(BOUND, abs=0.002)
+
+
+def test_only_the_keys_with_sends_in_doubt_are_held_and_a_passed_record_changes_nothing(open_pool, clock, wall, caplog):
+    first = open_pool(KEYS[:2])
+    in_doubt, answered = first
+    in_doubt.limiter.acquire()
+    in_doubt.watch_started(clock())
+    permit = answered.limiter.acquire()
+    answered.limiter.release(permit, clock(), accepted=True)
+    first.release()
+    first.release()  # idempotent: the record stays as the first release wrote it
+    second = open_pool(KEYS[:2])
+    held, free = second
+    assert held.limiter.state().held and not free.limiter.state().held
+    second.release()  # nothing in doubt in this run: the earlier record stays, and still holds a run started now
+    third = open_pool(KEYS[:2])
+    assert [key.limiter.state().held_for for key in third] == [pytest.approx(BOUND, abs=0.002), 0.0]
+    third.release()
+    advance(BOUND + 0.002, clock, wall)
+    caplog.clear()
+    assert not any(key.limiter.state().held for key in open_pool(KEYS[:2]))
+    assert "first send in" not in caplog.text
+
+
+@pytest.mark.parametrize("record", ["garbage\n", f"{(1_800_000_000 + 86_400) * 1000}\n"], ids=["garbage", "a day on"])
+def test_a_record_not_a_number_or_past_the_bound_holds_the_bound_and_is_replaced(
+    open_pool, tmp_path, wall, caplog, record
+):
+    KeyState(tmp_path, KEY, mask(KEY)).write_stamped_until(0.0)  # the record's file, under its name
+    (path,) = tmp_path.glob("*.stamped")
+    path.write_text(record)  # by hand, or under a wall clock since set back a day
+    (key,) = open_pool()
+    assert key.limiter.state().held_for == pytest.approx(BOUND, abs=0.002)
+    assert "first send in 11.0 s" in caplog.text
+    assert KeyState(tmp_path, KEY, mask(KEY)).read_stamped_until() == pytest.approx(wall() + BOUND, abs=0.002)
+
+
+def test_a_record_the_state_dir_refuses_at_the_stop_is_logged_and_the_key_let_go(open_pool, tmp_path, clock, caplog):
+    first = open_pool()
+    (key,) = first
+    key.limiter.acquire()
+    key.watch_started(clock())
+    KeyState(tmp_path, KEY, mask(KEY)).write_stamped_until(0.0)
+    (path,) = tmp_path.glob("*.stamped")
+    path.with_suffix(".stamped.tmp").mkdir()  # where the record is written first: the state dir refuses it
+    with caplog.at_level(logging.ERROR):
+        first.release()
+    assert "the state dir refused the record of its unanswered sends" in caplog.text
+    second = KeyState(tmp_path, KEY, mask(KEY))
+    second.lock()  # let go all the same
+    second.unlock()
