@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from conftest import KEY, KEYS, FakeClock
+from thread_client.errors import ConfigError
 from thread_client.limits.host_state import KeyState
 from thread_client.limits.keys import HostKeyPool, mask
 from thread_client.limits.scopes import RuleScopes
@@ -54,6 +55,15 @@ def test_the_record_of_a_stop_is_durable_read_back_rounded_up_and_garbage_is_ref
     record.write_text("12 o'clock\n")
     with pytest.raises(ValueError):
         state.read_stamped_until()
+
+
+@pytest.mark.parametrize("suffix, read", [(".nonce", KeyState.read_mark), (".strikes", KeyState.read_strikes)])
+def test_a_nonce_mark_or_strike_count_that_is_no_number_is_refused_in_one_line_naming_its_file(tmp_path, suffix, read):
+    state = KeyState(tmp_path, KEY, mask(KEY))
+    path = tmp_path / f"{state.strikes_path.stem}{suffix}"
+    path.write_text("garbage\n")
+    with pytest.raises(ConfigError, match=rf"state file {path} holds 'garbage', not a whole number: restore it"):
+        read(state)
 
 
 def test_a_send_watched_at_the_stop_holds_the_key_in_the_next_run_until_the_cap_and_a_window_after_its_timeout(

@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from ..errors import KeyInUse
+from ..errors import ConfigError, KeyInUse
 from .nonces import BLOCK, INT64_MAX
 
 __all__ = ["KeyState"]
@@ -97,10 +97,18 @@ class KeyState:
 
 
 def _read_number(path: Path) -> int:
+    """The whole number a state file holds (0 if it is missing or empty); ConfigError, in one line, if it holds
+    anything else: the daemon cannot guess a nonce mark or a count of strikes on the safe side."""
     try:
-        return int(path.read_text().strip() or 0)
+        text = path.read_text(errors="replace").strip()
     except FileNotFoundError:
         return 0
+    try:
+        return int(text or 0)
+    except ValueError:
+        raise ConfigError(f"state file {path} holds {text[:40]!r}, not a whole number: restore it from a backup, or "
+                          "remove it if nothing else sends on the key (its strikes are then forgotten, its nonces "
+                          "catch up through a few invalid-nonce refusals)") from None
 
 
 def _write_durably(path: Path, number: int) -> None:
