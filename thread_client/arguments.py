@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Callable
 
-__all__ = ["OneLineParser", "bounded"]
+__all__ = ["OneLineParser", "bounded", "control_flags", "path"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -31,3 +31,24 @@ def bounded(kind: type[int] | type[float], low: float, high: float, unit: str = 
 
     read.__name__ = kind.__name__  # argparse names the type in its own messages
     return read
+
+
+def path(text: str) -> str:
+    """An argparse ``type`` for a file or folder: an empty one would name the current folder, or nothing."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
+def control_flags(parser: argparse.ArgumentParser, *, port: int | None, token_file: str) -> None:
+    """The control API's flags, as the daemon and ``console`` both take them: ``port`` the default (None: off),
+    ``token_file`` where the token is by default, in words."""
+    parser.add_argument("--control-port", type=bounded(int, 0, 65_535), default=port, metavar="PORT",
+                        help="serve the control API and the operator's console on --control-host:PORT ("
+                        + ("default off" if port is None else "default %(default)s; 0 picks a free port") + ")")
+    parser.add_argument("--control-host", default="127.0.0.1", metavar="ADDRESS",
+                        help="the control port's address (default %(default)s); any other than loopback needs "
+                        "--control-token-file")
+    parser.add_argument("--control-token-file", type=path, metavar="PATH",
+                        help="the token every command of the control API needs; made (mode 0600) when missing "
+                        f"(default: {token_file})")

@@ -17,7 +17,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from . import defaults
-from .arguments import OneLineParser, bounded
+from .arguments import OneLineParser, bounded, control_flags
+from .arguments import path as _path
 from .clock import Clock, monotonic
 from .cluster.address import is_store_url
 from .cluster.commands import status_main, submit_main
@@ -27,6 +28,7 @@ from .cluster.stream_source import HeldEntries, StreamSource
 from .cluster.store_watch import StoreWatch
 from .config import DEFAULT_URL, KEYS_ENV, LOG_LEVELS, Config, default_state_dir, load_keys
 from .config_file import file_arguments, shown
+from .control.console import console_main
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
 from .errors import ConfigError, StateNotWritten, StoreUnavailable, ThreadClientError
@@ -72,13 +74,6 @@ def _ms(seconds: float) -> float:
     return int(ms) if ms.is_integer() else ms
 
 
-def _path(text: str) -> str:
-    """An argparse ``type`` for a file or folder: an empty one would name the current folder, or nothing."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path")
-    return text
-
-
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=PROG,
@@ -86,10 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         "as fast as the limits allow, without tripping them and without losing a request.",
         epilog=f"Keys: --keys-file, else ${KEYS_ENV} (comma or space separated), else the reference "
         f"server's public test keys. {EXIT_HELP} Sub-commands beside the daemon: '{PROG} submit --to URL FILE' "
-        f"puts requests into a work stream, '{PROG} status --redis URL' shows its state, '{PROG} profile "
-        "list|show|check' lists, shows and checks API profiles, '{PROG} config show' prints the effective "
-        f"configuration, '{PROG} requeue FILE --outcome NAMES --to PATH|-|URL' writes a results file's dead letters as "
-        "input again (each has --help).",
+        f"puts requests into a work stream, '{PROG} status --redis URL' shows its state, '{PROG} console --redis "
+        "URL' serves the operator's console and control API for every daemon on it, "
+        f"'{PROG} profile list|show|check' lists, shows and checks API profiles, '{PROG} config show' prints the "
+        f"effective configuration, '{PROG} requeue FILE --outcome NAMES --to PATH|-|URL' writes a results file's "
+        "dead letters as input again (each has --help).",
     )
     add = p.add_argument
     add("--config", type=_path, metavar="PATH",
@@ -175,13 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between metrics blocks (default %(default)s)")
     add("--metrics-port", type=bounded(int, 0, 65_535), metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT (default off)")
-    add("--control-port", type=bounded(int, 0, 65_535), metavar="PORT",
-        help="serve the control API and the operator's console on --control-host:PORT (default off)")
-    add("--control-host", default="127.0.0.1", metavar="ADDRESS",
-        help="the control port's address (default %(default)s); any other than loopback needs --control-token-file")
-    add("--control-token-file", type=_path, metavar="PATH",
-        help="the token every command of the control API needs; made (mode 0600) when missing (default: "
-        "control-token in --state-dir)")
+    control_flags(p, port=None, token_file="control-token in --state-dir")
     add("--log-level", choices=LOG_LEVELS, default="INFO", help="default %(default)s; DEBUG logs every request")
     add("--log-file", type=_path, metavar="PATH", help="also log to this file, rotated by size")
     add("--log-max-bytes", type=bounded(int, 1024, 2**40), default=10 * 1024 * 1024,
@@ -524,10 +514,10 @@ def config_main(argv: list[str], prog: str) -> int:
     return 0
 
 
-# Beside the daemon (no sub-command): work into the shared store, and its state; profiles; the configuration;
-# dead letters sent again.
-_SUBCOMMANDS = {"submit": submit_main, "status": status_main, "profile": profile_main, "config": config_main,
-                "requeue": requeue_main}
+# Beside the daemon (no sub-command): work into the shared store, its state, and its console; profiles; the
+# configuration; dead letters sent again.
+_SUBCOMMANDS = {"submit": submit_main, "status": status_main, "console": console_main, "profile": profile_main,
+                "config": config_main, "requeue": requeue_main}
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

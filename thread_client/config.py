@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from . import defaults
 from .cluster.address import StoreAddress, is_store_url
 from .cluster.work_stream import WorkStream
-from .control.server import is_loopback
+from .control.server import check_control_host
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .keys_file import KeyList, read_keys_file
@@ -147,9 +147,8 @@ class Config:
             raise ConfigError(f"--metrics-port must be between 0 and 65535, got {self.metrics_port}")
         if self.control_port is not None and not 0 <= self.control_port <= 65535:
             raise ConfigError(f"--control-port must be between 0 and 65535, got {self.control_port}")
-        if self.control_port is not None and not is_loopback(self.control_host) and self.control_token_file is None:
-            raise ConfigError(f"--control-host {self.control_host} is reachable from other machines: give "
-                              "--control-token-file")
+        if self.control_port is not None:
+            check_control_host(self.control_host, self.control_token_file)
 
     def _check_url(self) -> None:
         """``http[s]://HOST[:PORT][/PATH]`` and nothing else: a URL the HTTP client would refuse (a space,

@@ -14,7 +14,7 @@ from typing import IO, Callable
 
 from .arguments import OneLineParser
 from .cluster.address import StoreAddress, is_store_url
-from .cluster.work_stream import WorkStream, submit_work
+from .cluster.work_stream import WorkStream, requeue_work
 from .errors import ConfigError, StoreUnavailable
 from .io.jsonlines import json_objects
 from .io.resume import EarlierSend
@@ -42,8 +42,6 @@ DOUBLE_RISK = {
 REQUEUABLE = tuple(outcome for outcome in FinalOutcome if outcome not in _NOT_REQUEUABLE and outcome not in DOUBLE_RISK)
 #: Every dead letter's outcome.
 DEAD = (*REQUEUABLE, *DOUBLE_RISK)
-#: A dead record requeued into a work stream is remembered this long: the same requeue run again skips it.
-_REMEMBER_REQUEUED = 7 * 86_400.0
 
 
 def outcomes(text: str) -> frozenset[FinalOutcome]:
@@ -165,10 +163,8 @@ def _write(parser: argparse.ArgumentParser, to: str, requests: list[Work], dead:
             store = work.address.connect()
         except ConfigError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
-        # One once-key per dead record (its id and when it ended): the same requeue run again adds nothing.
-        once = ((f"{work.stream}:requeued:{item.id}:{dead[item.id].get('finished')}", item) for item in requests)
-        with store:
-            return submit_work(store, work, once, remember_ids=_REMEMBER_REQUEUED)[0]
+        with store:  # once per dead record: the same requeue run again adds nothing
+            return requeue_work(store, work, ((item, dead[item.id]) for item in requests))
     if to == "-":
         _write_lines(sys.stdout, requests)
         return len(requests)

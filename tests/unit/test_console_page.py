@@ -73,6 +73,6 @@ def test_no_value_from_the_daemon_is_parsed_as_html():
 def test_every_button_says_what_it_does_and_every_table_has_column_headers():
     page = parsed()
     assert page.buttons and all(page.buttons)
-    assert set(page.header_cells) == {"queues", "outcomes", "keys", "errors", "dead"}
+    assert set(page.header_cells) == {"queues", "outcomes", "members", "keys", "errors", "dead"}
     for table, cells in page.header_cells.items():
         assert any(cell.get("scope") == "col" for cell in cells), table

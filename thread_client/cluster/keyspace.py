@@ -55,3 +55,9 @@ class Keyspace:
     def key_names(self) -> str:
         """Hash: key id -> masked key name, for ``status``."""
         return f"{self.prefix}:key-names"
+
+    @property
+    def paused(self) -> str:
+        """Hash: key id -> "1" while the operator has the key paused (``console``); every member's lease keeper
+        reads it each round, so whichever member owns the key stops sending on it."""
+        return f"{self.prefix}:paused"

@@ -10,7 +10,8 @@ a lease that ran out unreleased), renews them, and hands over
 those it no longer wins once their last answers are in. A key's strikes live with
 it in the store: whichever member reads a 429 counts it there, the next owner
 carries the count on, and a key whose count reached the strike budget is retired
-by each member that takes it, before anything is sent.
+by each member that takes it, before anything is sent. The operator's pause of a key lives there too (the cluster
+console's): every keeper reads the flags each round, and whichever member holds a paused key sends nothing on it.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class LeasedKeyPool(BaseKeyPool):
         self._clock = clock
         self._watch = StoreWatch(member)
         self._stop = threading.Event()
+        self._paused_here: set[str] = set()  # key ids paused by the store's flag: the keeper's alone (no lock)
         self._closing = False  # shutting down: keep (renew) what is held until the last answers, take nothing new
         self._keeper = LoopThread("lease-keeper", self._keep)  # started by the daemon, supervised
 
@@ -173,6 +175,8 @@ class LeasedKeyPool(BaseKeyPool):
             raise ConfigError(f"--member {self.member}: another daemon runs under this name now (this one was silent "
                               "past its heartbeat); this one stops")
         members = self._membership.beat()
+        with store_call():
+            self._follow_pauses(set(self._store.hkeys(self._keyspace.paused)))
         wanted = self._membership.keys_for(self._leases, members)
         for kid, lease in self._leases.items():
             key = self._key_of[kid]
@@ -196,6 +200,22 @@ class LeasedKeyPool(BaseKeyPool):
                     key.limiter.hold(grant.quiet_for)
                     log.info("%s: took the lease of %s, fence %d; first send in %.2f s (%d members)", self.member,
                              key.name, grant.fence, grant.quiet_for, len(members))
+
+    def _follow_pauses(self, flagged: set[str]) -> None:
+        """The operator's pauses in the store (key ids, ``Keyspace.paused``, set by the cluster console): each key
+        flagged there is paused here, owned now or not, so whichever member holds it stops sending on it (what
+        is in flight finishes; its work goes to this member's other keys); one no longer flagged is resumed. The
+        store's flag is applied every round: it holds over a resume from this member's own control API."""
+        for kid, key in self._key_of.items():
+            if kid in flagged:
+                key.pause()
+                if kid not in self._paused_here:
+                    self._paused_here.add(kid)
+                    log.warning("%s: key %s paused from the store (the cluster console)", self.member, key.name)
+            elif kid in self._paused_here:
+                self._paused_here.discard(kid)
+                key.resume()
+                log.warning("%s: key %s resumed from the store (the cluster console)", self.member, key.name)
 
     def _spent(self, key: ApiKey, grant: LeaseGrant) -> bool:
         """Carry on the key's strikes from the store; True (and the key retired here) if they reached the budget."""

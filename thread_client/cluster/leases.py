@@ -34,7 +34,7 @@ from .scripts import Scripts
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["KeyLease", "LeaseGrant", "lease_holders"]
+__all__ = ["KeyHold", "KeyLease", "LeaseGrant", "key_holds", "lease_holders"]
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
@@ -157,12 +157,36 @@ def _ms(seconds: float) -> int:
     return max(0, math.ceil(seconds * 1000))
 
 
+@dataclass(frozen=True, slots=True)
+class KeyHold:
+    """What the store says of one API key: who holds its lease now (None: nobody), its fence so far, its
+    rate-limit strikes from every member, and whether the operator paused it (``Keyspace.paused``)."""
+
+    id: str
+    name: str  # masked
+    owner: str | None
+    fence: int
+    strikes: int
+    paused: bool
+
+
+def key_holds(store: "redis.Redis", keyspace: Keyspace) -> list[KeyHold]:
+    """Every key a member has registered, sorted by masked name, read in one round trip after the names; a
+    lease's token is ``<member>:<random>``. Read by ``status`` and the cluster console."""
+    names = store.hgetall(keyspace.key_names)
+    paused = set(store.hkeys(keyspace.paused))
+    ids = sorted(names, key=names.__getitem__)
+    reads = store.pipeline(transaction=False)
+    for key in ids:
+        of = keyspace.of_id(key)
+        reads.get(of.lease).get(of.fence).get(of.strikes)
+    found = reads.execute()
+    return [KeyHold(key, names[key], token.rsplit(":", 1)[0] if token else None, int(fence or 0),
+                    int(strikes or 0), key in paused)
+            for key, token, fence, strikes in zip(ids, found[0::3], found[1::3], found[2::3])]
+
+
 def lease_holders(store: "redis.Redis", keyspace: Keyspace) -> dict[str, tuple[str | None, int]]:
     """Masked key name -> (the member holding its lease now, or None; its fence so far), for every key
-    a member has registered. Read by ``status`` and the tools; a token is ``<member>:<random>``."""
-    holders = {}
-    for key, masked in store.hgetall(keyspace.key_names).items():
-        names = keyspace.of_id(key)
-        token, fence = store.get(names.lease), store.get(names.fence)
-        holders[masked] = (token.rsplit(":", 1)[0] if token else None, int(fence or 0))
-    return holders
+    a member has registered (read by the tools)."""
+    return {hold.name: (hold.owner, hold.fence) for hold in key_holds(store, keyspace)}

@@ -157,6 +157,7 @@ return redis.call('INCR', KEYS[1])
 #                      is a dead letter too; and so on, five per record
 # A record is added, and its entry acknowledged (and its journal line dropped), only while the entry is still
 # pending with this consumer. The record is never decoded here: whatever an answer held, it cannot fail the script.
+# A dead letter names its entry too: where the console finds its request to requeue it.
 # return the entry ids that are not (another member took them over)
 _WRITE_RESULTS = _DATA + """
 local taken_over = {}
@@ -170,7 +171,7 @@ for i = 4, #ARGV, 5 do
   if mine then
     redis.call('XADD', KEYS[2], '*', 'id', id, 'outcome', outcome, 'record', record)
     if ARGV[i + 4] == '1' then
-      redis.call('XADD', KEYS[3], '*', 'id', id, 'outcome', outcome, 'record', record)
+      redis.call('XADD', KEYS[3], '*', 'id', id, 'outcome', outcome, 'entry', entry, 'record', record)
     end
     if entry ~= '' then
       redis.call('XACK', KEYS[1], ARGV[1], entry)

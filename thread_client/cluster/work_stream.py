@@ -1,5 +1,5 @@
 """A work stream: its names (the stream, its consumer group, where its results and dead letters go),
-and ``submit``, which puts requests into it (``requeue`` too).
+and ``submit``, which puts requests into it (``requeue_work`` too, once per dead record).
 
 In Redis Cluster the work, results and dead-letter streams must share one hash tag
 (``stream={orders}`` gives ``{orders}:results`` and ``{orders}:dead``), since the
@@ -18,11 +18,13 @@ from .scripts import Scripts
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["DEAD_LETTER_OUTCOMES", "ENTRY_FIELD", "WorkStream", "submit_lines", "submit_work"]
+__all__ = ["DEAD_LETTER_OUTCOMES", "ENTRY_FIELD", "WorkStream", "requeue_work", "submit_lines", "submit_work"]
 
 #: Final outcomes that also go to the dead-letter stream: the request itself cannot succeed as given.
 DEAD_LETTER_OUTCOMES = frozenset({"invalid_input", "retries_exhausted", "rejected"})
 ENTRY_FIELD = "request"  # a work entry's one field: the request as a JSON object
+#: A dead record requeued into a work stream is remembered this long: the same requeue asked again skips it.
+_REMEMBER_REQUEUED = 7 * 86_400.0
 
 
 class WorkStream:
@@ -49,6 +51,11 @@ class WorkStream:
 
     def __repr__(self) -> str:
         return f"<WorkStream {self.stream} group={self.group}>"
+
+    def requeued(self, request_id: str, finished: object) -> str:
+        """The once-key of a dead record requeued into this stream (its id and when it ended): set while the
+        requeue is remembered, so the same dead record is never added twice."""
+        return f"{self.stream}:requeued:{request_id}:{finished}"
 
     def ensure_group(self, store: "redis.Redis") -> None:
         """Create the consumer group (from the stream's first entry: work submitted before any daemon
@@ -82,6 +89,14 @@ def submit_lines(
 
     added, duplicates = submit_work(store, work, requests(), remember_ids=remember_ids, batch=batch)
     return added, duplicates, refused
+
+
+def requeue_work(store: "redis.Redis", work: WorkStream, letters: Iterable[tuple[Work, dict]]) -> int:
+    """Append each dead letter's request (with its dead record) to the work stream, as a new attempt of the same
+    id, unless that record was requeued before (within ``_REMEMBER_REQUEUED``). Returns how many went in; raises
+    StoreUnavailable as ``submit_work``."""
+    once = ((work.requeued(item.id, record.get("finished")), item) for item, record in letters)
+    return submit_work(store, work, once, remember_ids=_REMEMBER_REQUEUED)[0]
 
 
 def submit_work(

@@ -15,7 +15,7 @@ from ..io.jsonlines import objects_in
 from ..request import FinalOutcome, InvalidInput, Work
 from ..requeue import DEAD, REQUEUABLE, keep_last, original_requests
 
-__all__ = ["DeadLetters", "Page", "MAX_LIMIT", "DEFAULT_LIMIT"]
+__all__ = ["DeadLetters", "Page", "MAX_LIMIT", "DEFAULT_LIMIT", "check_limit", "dead_item"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -58,13 +58,12 @@ class DeadLetters:
         """Up to ``limit`` dead letters of ``outcomes``, in the order of their records, after the one the cursor
         ``after`` names (ValueError if it is no cursor). A cursor stays good while records are added: the page
         after it starts past its dead letter, or, once that one was sent again, past when it had ended."""
-        if not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+        check_limit(limit)
         records = list(self._read(outcomes).values())
         start = 0 if after is None else _start_after(records, *_decode(after))
         chosen = records[start:start + limit]
         more = start + limit < len(records)
-        return Page([_item(record) for record in chosen], _encode(chosen[-1]) if more and chosen else None)
+        return Page([dead_item(record) for record in chosen], _encode(chosen[-1]) if more and chosen else None)
 
     def requests(self, ids: list[str] | None = None,
                  outcomes: frozenset[FinalOutcome] = frozenset(REQUEUABLE)) -> tuple[list[Work], dict[str, dict]]:
@@ -112,7 +111,14 @@ class DeadLetters:
                 keep_last(self._dead, record, _DEAD)
 
 
-def _item(record: dict) -> dict:
+def check_limit(limit: int) -> None:
+    """ValueError unless ``limit`` is a page's size."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+
+
+def dead_item(record: dict) -> dict:
+    """A dead record as the API shows it (the file's, the dead stream's)."""
     return {"id": record["id"], "outcome": record.get("outcome"), "detail": record.get("reason", ""),
             "at": record.get("finished"), "key": record.get("key"), "requeue": record.get("requeue", 0)}
 

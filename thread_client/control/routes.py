@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import RequeueRefused
+from ..errors import RequeueRefused, StoreUnavailable
 from ..request import FinalOutcome
 from ..requeue import DOUBLE_RISK, REQUEUABLE, double_risk, outcomes
 from .dead import DEFAULT_LIMIT, Page
 
-__all__ = ["NoResults", "Panel", "Reply", "Router", "STATIC"]
+__all__ = ["NoResults", "Panel", "Reply", "Router", "STATIC", "Unsupported"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,10 @@ class NoResults(LookupError):
     """Raised by a ``Panel`` asked for dead letters when the run writes no results file."""
 
 
+class Unsupported(Exception):
+    """Raised by a ``Panel`` asked for a command it has no way to carry out (the cluster console's drain): 409."""
+
+
 class Panel(Protocol):
     """What the routes ask of the running daemon (``DaemonPanel``; a fake in the unit tests)."""
 
@@ -47,7 +51,8 @@ class Panel(Protocol):
     def pause(self, paused: bool) -> bool:
         """Pause or resume the whole daemon; whether it is paused then."""
 
-    def drain(self) -> None: ...
+    def drain(self) -> None:
+        """The graceful stop of SIGTERM (Unsupported where there is none to give)."""
 
     def dead(self, chosen: frozenset[FinalOutcome], limit: int, after: str | None) -> Page:
         """A page of dead letters (NoResults: no results file; ValueError: a bad cursor or limit)."""
@@ -111,6 +116,10 @@ class Router:
             raise _Refused(405, f"method {method} is not allowed")
         except _Refused as refused:
             return Reply.json({"error": str(refused)}, refused.status)
+        except Unsupported as exc:
+            return Reply.json({"error": str(exc)}, 409)
+        except StoreUnavailable as exc:  # the cluster console's store: ask again once it answers
+            return Reply.json({"error": str(exc)}, 503)
 
     def _get(self, path: str, query: dict[str, list[str]]) -> Reply:
         if path in self._gets:

@@ -12,12 +12,19 @@ from ..errors import ConfigError
 from ..threads import LoopThread, ManagedThread
 from .routes import MAX_BODY, Reply, Router
 
-__all__ = ["ControlServer", "is_loopback"]
+__all__ = ["ControlServer", "check_control_host", "is_loopback"]
 
 log = logging.getLogger(__name__)
 
 #: A kept connection idle this long is closed, and its handler's thread ends.
 _IDLE_TIMEOUT = 30.0
+
+
+def check_control_host(host: str, token_file: str | None) -> None:
+    """Refuse (ConfigError) to serve on ``host`` without ``token_file`` when other machines can reach it: the
+    token then must be one the operator chose and keeps, checked before any file is made."""
+    if not is_loopback(host) and token_file is None:
+        raise ConfigError(f"--control-host {host} is reachable from other machines: give --control-token-file")
 
 
 def is_loopback(host: str) -> bool:
@@ -117,8 +124,7 @@ class ControlServer:
     served without ``token_file`` (ConfigError); OSError if the port cannot be bound."""
 
     def __init__(self, router: Router, port: int, host: str = "127.0.0.1", *, token_file: str | None = None) -> None:
-        if not is_loopback(host) and token_file is None:
-            raise ConfigError(f"--control-host {host} is reachable from other machines: give --control-token-file")
+        check_control_host(host, token_file)
         self._server = _Server((host, port), router)
         self.host = host
         self.port: int = self._server.server_port

@@ -12,6 +12,9 @@
   const CHART_SPAN_S = 300; // the chart keeps about five minutes of points in memory
   const CHART_MIN_SPAN_S = 60; // and shows at least the last minute, so the first points are not a dot
   const DEAD_PAGE_SIZE = 50;
+  // The queues' names as the page shows them: a daemon's, then a group's (the cluster console's).
+  const QUEUE_NAMES = {main: "main", dlq: "retry (DLQ)", work: "work stream (not yet taken)",
+    pending: "taken, no record yet", dead: "dead letters"};
   const TOKEN_ITEM = "thread_client.control.token"; // the tab's sessionStorage: gone when the tab closes
 
   const $ = (selector, root = document) => root.querySelector(selector);
@@ -101,6 +104,12 @@
     return row;
   }
 
+  // A key of a group (the cluster console) says which member owns it, under which fence.
+  function ownedState(key) {
+    if (key.fence === undefined) return key.owner ? `${key.state} (${key.owner})` : key.state;
+    return key.owner ? `${key.state} (${key.owner}, fence ${key.fence})` : `${key.state} (fence ${key.fence})`;
+  }
+
   function showKeys(keys) {
     const tbody = $("#keys tbody");
     const seen = new Set();
@@ -114,7 +123,7 @@
       tbody.append(row); // moves a known row into the status's order
       row.dataset.state = key.state;
       setField(row, "name", key.name);
-      setField(row, "state", key.owner ? `${key.state} (${key.owner})` : key.state);
+      setField(row, "state", ownedState(key));
       setField(row, "held_until", heldUntil(key.held_until));
       setField(row, "accepted_per_s", key.accepted_per_s.toFixed(1));
       setField(row, "strikes", String(key.strikes));
@@ -131,12 +140,32 @@
   }
 
   function showQueues(queues) {
+    const tbody = $("#queues tbody");
+    for (const row of tbody.rows) row.hidden = !(row.dataset.queue in queues);
     for (const [name, queue] of Object.entries(queues)) {
-      const row = $(`#queues tr[data-queue="${name}"]`);
-      if (!row) continue;
-      setField(row, "size", String(queue.size));
+      let row = $(`#queues tr[data-queue="${CSS.escape(name)}"]`);
+      if (!row) {
+        row = document.createElement("tr");
+        row.dataset.queue = name;
+        row.append(cell("th", QUEUE_NAMES[name] ?? name), cell("td", "", "size"), cell("td", "", "oldest"));
+        row.cells[0].scope = "row";
+        tbody.append(row);
+      }
+      setField(row, "size", queue.size === null ? "–" : String(queue.size));
       setField(row, "oldest", seconds(queue.oldest_age_s));
     }
+  }
+
+  function showMembers(members) {
+    $("#members-section").hidden = members === undefined;
+    if (members === undefined) return;
+    const rows = members.map((member) => {
+      const row = document.createElement("tr");
+      row.append(cell("th", member.name), cell("td", seconds(member.heartbeat_s)));
+      row.cells[0].scope = "row";
+      return row;
+    });
+    replaceRows($("#members tbody"), rows, "no member", 2);
   }
 
   function showOutcomes(outcomes) {
@@ -161,17 +190,19 @@
   }
 
   function showStatus(status) {
-    setField(document, "profile", status.profile);
-    setField(document, "delivery", status.delivery);
+    const group = status.members !== undefined; // the cluster console: a member is drained with SIGTERM to it
+    setField(document, "profile", status.profile ?? "–");
+    setField(document, "delivery", status.delivery ?? "–");
     setField(document, "uptime", seconds(status.uptime_s));
     const state = status.draining ? "draining" : status.paused ? "paused" : "running";
     setField(document, "daemon-state", state);
     document.body.dataset.daemonState = state;
     $('[data-action="pause-daemon"]').disabled = status.paused || status.draining;
     $('[data-action="resume-daemon"]').disabled = !status.paused || status.draining;
-    $('[data-action="drain"]').disabled = status.draining;
+    $('[data-action="drain"]').disabled = status.draining || group;
     $("#rate").textContent = status.accepted_per_s.toFixed(1);
-    setField(document, "accepted_total", String(status.accepted_total));
+    setField(document, "accepted_total", String(status.accepted_total ?? "–"));
+    showMembers(status.members);
     showKeys(status.keys);
     showQueues(status.queues);
     showOutcomes(status.outcomes);
@@ -256,7 +287,7 @@
     const requeue = $('[data-action="requeue"]', row);
     requeue.dataset.outcome = item.outcome;
     requeue.disabled = Boolean(item.under_way);
-    requeue.title = item.under_way ? "Sent again already: that attempt has no final record yet" : "";
+    requeue.title = item.under_way ? "Sent again already" : "";
     setField(row, "outcome", item.outcome);
     setField(row, "detail", item.detail);
     setField(row, "at", at(item.at));
