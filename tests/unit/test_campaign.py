@@ -161,20 +161,19 @@ def test_exit_4_is_documented_for_a_member_whose_store_did_not_answer_at_start(t
     assert [v.kind for v in _check_exit(made, [], [], ledger)] == ["exit"]
 
 
-def test_operator_commands_come_from_a_stream_of_their_own_and_only_where_a_console_is():
+def test_operator_commands_come_from_a_stream_of_their_own():
     from tools.campaign.operator import draw_commands
 
     settings = [draw_setting(seed, 20) for seed in range(100)]
     drawn = {setting.seed: draw_commands(setting) for setting in settings}
     assert all(draw_commands(setting) == drawn[setting.seed] for setting in settings)
-    assert all(not drawn[s.seed] for s in settings if s.topology == "cluster")
     assert {command.kind for commands in drawn.values() for command in commands} == {"pause-key", "pause-daemon"}
     assert all(0 < command.at <= 14 and 1 <= command.length <= 6 for commands in drawn.values() for command in commands)
 
 
 def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tmp_path):
     from tools.campaign.nemesis import Fault
-    from tools.campaign.operator import Command, Pause
+    from tools.campaign.operator import Command, ControlTarget, Pause
     from tools.campaign.runs import DaemonRun
 
     setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
@@ -182,10 +181,13 @@ def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tm
     system = System(setting, tmp_path, lambda line: None)
     system.runs.append(DaemonRun("m1", 1, tmp_path, [], wall_started=system.wall_started, wall_ended=None))
     paused_at = system.wall_started + 3  # the pause answered 3 s in, resumed 4 s later
-    pause = Pause(Command(3, 4, "pause-key"), run=1, keys=[f"{KEY[:4]}...{KEY[-4:]}"], paused_at=paused_at,
-                  resumed_at=paused_at + 4)
+    single, group = ControlTarget(1, tmp_path / "token", 1), ControlTarget(2, tmp_path / "token", None)
 
-    def judged(stamp_s: float, key: str = KEY, faults: tuple[Fault, ...] = ()) -> set[str]:
+    def judged(stamp_s: float, key: str = KEY, faults: tuple[Fault, ...] = (), target: ControlTarget = single,
+               run_ended: float | None = None) -> set[str]:
+        system.runs[0].wall_ended = run_ended
+        pause = Pause(Command(3, 4, "pause-key"), target, keys=[f"{KEY[:4]}...{KEY[-4:]}"], paused_at=paused_at,
+                      resumed_at=paused_at + 4)
         entry = {**accept(1, 10, 1, key=key), "stamp_ms": round((paused_at + stamp_s) * 1000)}
         history = History(system, True, [], ledger=[entry], timeline=list(faults), pauses=[pause])
         return kinds(_check_pauses(history))
@@ -196,3 +198,7 @@ def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tm
     assert judged(2.0, key="8TY2F3KIL38T741G1UCBMCAQ75XU9F5O") == set()  # another key
     assert judged(2.0, faults=(Fault(2.0, 3.0, "exchange-freeze"),)) == set()  # a frozen exchange's backlog
     assert judged(2.0, faults=(Fault(20.0, 3.0, "exchange-freeze"),)) == {"sent_while_paused"}
+    assert judged(2.0, run_ended=paused_at + 1.0) == set()  # a next run of a single daemon knows no pause
+    assert judged(2.0, target=group, run_ended=paused_at + 1.0) == {"sent_while_paused"}  # a group's outlives it
+    assert judged(1.2, target=group) == set()  # within a keeper round: the members have not all read it yet
+    assert judged(2.0, target=group, faults=(Fault(3.0, 2.0, "store-cut-member", "m1"),)) == set()

@@ -35,10 +35,14 @@ START_UP_S = 3.0
 SHOWN_IDS = 10
 #: A send that left before a pause was answered reaches the exchange within its latency and this much more.
 PAUSE_GRACE_S = 0.5
+#: A group's pause is a flag in the store that each member's lease keeper reads once a round (a third of the lease).
+KEEPER_ROUND_S = 1.0
 #: Faults during which a send made before a pause may be stamped long after it (a frozen exchange's backlog, a slow
 #: proxy, a daemon stopped mid-write), or that reach the exchange around its ledger: a pause meeting one is not judged.
 STAMPS_LATE = frozenset({"exchange-freeze", "exchange-restart", "exchange-503-burst", "exchange-418-ban", "proxy-delay",
                          "proxy-cut", "proxy-half-close", "daemon-pause"})
+#: Faults that keep a member from reading a group's pause (it sends on until its lease runs out, by its own clock).
+STORE_FAULTS = frozenset({"store-restart", "store-client-kill", "store-cut-member", "store-out-of-memory"})
 
 
 @dataclass(frozen=True)
@@ -194,26 +198,33 @@ def _check_ledger(history: History) -> list[Violation]:
 
 
 def _check_pauses(history: History) -> list[Violation]:
-    """A paused key (or every key of a paused daemon) sends nothing from its pause's answer (and the latency of a
-    send already on its way) until its resume was asked, or its run ended (a next run knows no pause)."""
+    """A paused key (or every key of a paused daemon or group) sends nothing from its pause's answer (and the
+    latency of a send already on its way; for a group, a keeper round more) until its resume was asked; a single
+    daemon's pause ends with its run (a next run knows none), a group's outlives any member's."""
     system = history.system
     grace = system.setting.max_latency_ms / 1000 + PAUSE_GRACE_S
     runs = {run.number: run for run in system.runs}
+    unjudged = STAMPS_LATE | STORE_FAULTS
     late = [(system.wall_started + fault.at - 1, system.wall_started + fault.at + fault.length + 1)
-            for fault in history.timeline if fault.kind in STAMPS_LATE]
+            for fault in history.timeline if fault.kind in unjudged]
     violations = []
     for pause in history.pauses:
-        run = runs.get(pause.run) if pause.run is not None else None
-        if run is None or pause.paused_at is None or pause.resumed_at is None:
+        if pause.target is None or pause.paused_at is None or pause.resumed_at is None:
             continue
-        start, end = pause.paused_at + grace, min(pause.resumed_at, run.wall_ended or pause.resumed_at)
+        if pause.target.run is None:
+            start, end, whose = pause.paused_at + grace + KEEPER_ROUND_S, pause.resumed_at, "the group"
+        elif (run := runs.get(pause.target.run)) is not None:
+            start, end = pause.paused_at + grace, min(pause.resumed_at, run.wall_ended or pause.resumed_at)
+            whose = f"run {run.number}"
+        else:
+            continue
         if any(from_ <= end and start <= to for from_, to in late):
             continue
         sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None
                 and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys]
         if sent:
             violations.append(Violation("sent_while_paused", f"{len(sent)} requests stamped on {', '.join(pause.keys)} "
-                                        f"while run {run.number} had it paused ({pause.command.to_json()})",
+                                        f"while {whose} had it paused ({pause.command.to_json()})",
                                         tuple(str(entry.get("id")) for entry in sent)))
     return violations
 

@@ -1,6 +1,7 @@
-"""What an operator does meanwhile, through the daemon's control API: pausing one key, or the whole daemon, for a
-while and resuming it, at times drawn from the seed (a stream of its own, so a seed's setting and faults stay what
-they were), and what each command was answered; the checker holds the exchange's ledger against it."""
+"""What an operator does meanwhile, through a control API (a single daemon's own, or the cluster console's for a
+group): pausing one key, or every key, for a while and resuming it, at times drawn from the seed (a stream of its
+own, so a seed's setting and faults stay what they were), and what each command was answered; the checker holds
+the exchange's ledger against it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from .runs import DaemonRun
     from .setting import Setting
     from .system import System
 
-__all__ = ["Command", "Pause", "draw_commands", "play_commands"]
+__all__ = ["Command", "ControlTarget", "Pause", "draw_commands", "play_commands"]
 
 #: A command the control API does not answer within this long is not delivered (the daemon is stopped by SIGSTOP,
 #: or starting up).
@@ -38,24 +39,32 @@ class Command:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+@dataclass(frozen=True)
+class ControlTarget:
+    """Where commands go: a control API's port and token file, and the daemon run it belongs to (None: the
+    cluster console, whose pauses every member follows, whichever runs)."""
+
+    port: int
+    token: Path
+    run: int | None
+
+
 @dataclass
 class Pause:
-    """One command as it went: the run it reached, the masked keys it paused (every key: the daemon's pause), and
-    the wall clock when its pause was answered and when its resume was asked (None: not answered, or not asked)."""
+    """One command as it went: where it went, the masked keys it paused (every key: the daemon's or the group's
+    pause), and the wall clock when its pause was answered and when its resume was asked (None: not answered, or
+    not asked)."""
 
     command: Command
-    run: int | None = None
+    target: ControlTarget | None = None
     keys: list[str] = field(default_factory=list)
     paused_at: float | None = None
     resumed_at: float | None = None
 
 
 def draw_commands(setting: "Setting") -> list[Command]:
-    """None to three commands within the first 70 % of the run, each 1 to 6 s long; a single daemon only (a
-    cluster's console is another process)."""
+    """None to three commands within the first 70 % of the run, each 1 to 6 s long."""
     rng = random.Random(setting.seed + 4)
-    if setting.topology != "single":
-        return []
     commands = [Command(round(rng.uniform(0.5, setting.seconds * 0.7), 2), round(rng.uniform(1.0, 6.0), 2),
                         rng.choice(("pause-key", "pause-key", "pause-daemon")), rng.randrange(5))
                 for _ in range(rng.choice((0, 1, 2, 3)))]
@@ -83,12 +92,9 @@ def play_commands(system: "System", commands: list[Command], started: float,
 
 
 def _pause_and_resume(system: "System", pause: Pause) -> None:
-    run = system.current_run()
-    if run is None or run.control_port is None:
-        time.sleep(pause.command.length)
-        return
-    status = _call(run, "GET", "/api/v1/status")
-    if status is None:
+    target = system.control_target()
+    status = _call(target, "GET", "/api/v1/status") if target is not None else None
+    if target is None or status is None or not status["keys"]:
         time.sleep(pause.command.length)
         return
     keys = status["keys"]
@@ -97,19 +103,19 @@ def _pause_and_resume(system: "System", pause: Pause) -> None:
         path, pause.keys = f"/api/v1/keys/{chosen['id']}", [chosen["name"]]
     else:
         path, pause.keys = "/api/v1", [key["name"] for key in keys]
-    pause.run = run.number
-    if _call(run, "POST", f"{path}/pause") is not None:
+    pause.target = target
+    if _call(target, "POST", f"{path}/pause") is not None:
         pause.paused_at = time.time()
     time.sleep(pause.command.length)
     pause.resumed_at = time.time()
-    _call(run, "POST", f"{path}/resume")
+    _call(target, "POST", f"{path}/resume")
 
 
-def _call(run: "DaemonRun", method: str, path: str) -> dict | None:
+def _call(target: ControlTarget, method: str, path: str) -> dict | None:
     """The control API's JSON answer, or None if it gave none (not up yet, stopped, refused)."""
     try:
-        token = run.control_token.read_text().strip()
-        request = urllib.request.Request(f"http://127.0.0.1:{run.control_port}{path}", method=method,
+        token = target.token.read_text().strip()
+        request = urllib.request.Request(f"http://127.0.0.1:{target.port}{path}", method=method,
                                          headers={"Authorization": f"Bearer {token}"},
                                          data=b"{}" if method == "POST" else None)
         with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT_S) as answer:

@@ -24,6 +24,7 @@ from ..harness.tls import tls_setup
 from ..harness.valkey_process import ValkeyProcess
 from thread_client.config import DEFAULT_KEYS
 
+from .operator import ControlTarget
 from .runs import DaemonRun, Outputs
 from .setting import Setting, input_lines
 
@@ -35,6 +36,17 @@ GROUP = "members"
 STOP_TIMEOUT_S = 60.0
 #: The reference server's modes the ``signed-post-json`` profile is made for.
 SIGNED_MODES = ("--key-header", "X-Api-Key", "--timestamp-ms", "--json-body", "--sign", "headers")
+#: The reference server's order mode for the ``reference-orders`` profile, with faults of both its endpoints: an
+#: order executed and answered "unknown" or late, a status ask lost, answered "unknown" or late, the first ask of
+#: each order answered "no such order".
+ORDER_MODES = ("--order-status", "--execution-unknown-rate", "0.03", "--order-late-rate", "0.01", "--status-lost-rate",
+               "0.05", "--status-late-rate", "0.02", "--status-unknown-rate", "0.05", "--status-misses", "1")
+#: Each profile a setting may draw: the daemon's ``--profile``, and the server modes it is made for.
+PROFILES = {
+    "reference": ("reference", ()),
+    "signed-post-json": ("signed-post-json", SIGNED_MODES),
+    "reference-orders": (str(REPO_ROOT / "examples" / "profiles" / "reference-orders.toml"), ORDER_MODES),
+}
 #: The small disk under the results file and the state dirs: room for the seed's records many times over.
 SMALL_DISK_BYTES = 16 * 1024 * 1024
 
@@ -105,9 +117,8 @@ class System:
         self._tls = tls_setup(folder) if setting.tls else None
         self.keys_file = folder / "keys.txt"
         self.write_keys(DEFAULT_KEYS)
-        signed = setting.profile == "signed-post-json"
         self._server_args = [
-            "--keys-file", str(self.keys_file), *(SIGNED_MODES if signed else ()),
+            "--keys-file", str(self.keys_file), *PROFILES[setting.profile][1],
             "--ledger", str(self.ledger_file), "--max-latency-ms", str(setting.max_latency_ms),
             "--fail-rate", str(setting.fail_rate), "--drop-rate", str(setting.drop_rate), "--seed", str(setting.seed),
             *(["--idle-timeout", str(setting.idle_timeout)] if setting.idle_timeout else []),
@@ -122,6 +133,9 @@ class System:
         self._lock = threading.Lock()
         self._processes: dict[str, tuple[subprocess.Popen, DaemonRun]] = {}
         self._pipes: dict[str, _Pipe] = {}
+        # A cluster's console (``thread-client console``) on the store, for the operator's commands to the group.
+        self._console: subprocess.Popen | None = None
+        self._console_port = 0
         self._started = time.monotonic()
         self.wall_started = time.time()
 
@@ -139,11 +153,33 @@ class System:
             for member in self._members:
                 self._store_proxies[member] = TcpProxy(self.store.port).start()
             self._submit()
+            self._start_console()
         return self
+
+    def _start_console(self) -> None:
+        """The cluster console on the store itself (not through a member's proxy), logging into the seed's folder."""
+        self._console_port = free_port()
+        command = [sys.executable, "-m", "thread_client", "console", "--redis", self.store_url(), "--control-port",
+                   str(self._console_port), "--control-token-file", str(self.folder / "console-token")]
+        with (self.folder / "console.log").open("wb") as log:
+            self._console = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)
+
+    def control_target(self) -> ControlTarget | None:
+        """Where the operator's commands go now: the cluster console, or the running single daemon's own control
+        API (None while no run is going)."""
+        if self._console is not None:
+            return ControlTarget(self._console_port, self.folder / "console-token", None)
+        run = self.current_run()
+        if run is None or run.control_port is None:
+            return None
+        return ControlTarget(run.control_port, run.control_token, run.number)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for member in self._members:
             self.stop_daemon(member, signal.SIGKILL)
+        if self._console is not None:
+            stop_process(self._console, signal.SIGTERM, 10.0)
         for proxy in (self.proxy, *self._store_proxies.values()):
             if proxy is not None:
                 proxy.close()
@@ -255,7 +291,7 @@ class System:
         args = ["--url", self.exchange_url, "--state-dir", str(self.disk / f"state-{run.member}"),
                 "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
                 "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
-        args += ["--keys-file", str(self.keys_file), "--profile", setting.profile]
+        args += ["--keys-file", str(self.keys_file), "--profile", PROFILES[setting.profile][0]]
         if setting.delivery == "at-least-once" and setting.threads_per_key is not None:
             args += ["--threads-per-key", str(setting.threads_per_key)]
         if self._tls:
