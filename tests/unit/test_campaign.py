@@ -173,8 +173,8 @@ def test_operator_commands_come_from_a_stream_of_their_own():
 
 def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tmp_path):
     from tools.campaign.nemesis import Fault
-    from tools.campaign.operator import Command, ControlTarget, Pause
-    from tools.campaign.runs import DaemonRun
+    from tools.campaign.operator import Command, Pause
+    from tools.campaign.runs import ControlTarget, DaemonRun
 
     setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
                                   requests=3, odd_lines=0, tls=False, max_latency_ms=50)

@@ -11,14 +11,15 @@ import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from .runs import ControlTarget
 
 if TYPE_CHECKING:
     from .setting import Setting
     from .system import System
 
-__all__ = ["Command", "ControlTarget", "Pause", "draw_commands", "play_commands"]
+__all__ = ["Command", "Pause", "draw_commands", "play_commands"]
 
 #: A command the control API does not answer within this long is not delivered (the daemon is stopped by SIGSTOP,
 #: or starting up).
@@ -37,16 +38,6 @@ class Command:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass(frozen=True)
-class ControlTarget:
-    """Where commands go: a control API's port and token file, and the daemon run it belongs to (None: the
-    cluster console, whose pauses every member follows, whichever runs)."""
-
-    port: int
-    token: Path
-    run: int | None
 
 
 @dataclass

@@ -11,7 +11,17 @@ from typing import Callable
 
 from .setting import Setting
 
-__all__ = ["DaemonRun", "Outputs", "Record"]
+__all__ = ["ControlTarget", "DaemonRun", "Outputs", "Record"]
+
+
+@dataclass(frozen=True)
+class ControlTarget:
+    """Where the operator's commands go: a control API's port and token file, and the daemon run it belongs to
+    (None: the cluster console, whose pauses every member follows, whichever runs)."""
+
+    port: int
+    token: Path
+    run: int | None
 
 
 @dataclass

@@ -24,8 +24,7 @@ from ..harness.tls import tls_setup
 from ..harness.valkey_process import ValkeyProcess
 from thread_client.config import DEFAULT_KEYS
 
-from .operator import ControlTarget
-from .runs import DaemonRun, Outputs
+from .runs import ControlTarget, DaemonRun, Outputs
 from .setting import Setting, input_lines
 
 __all__ = ["System", "refuse_bad_command_line"]
