@@ -59,7 +59,8 @@ def exit_codes_table() -> str:
     """The stop reasons that end a run with a non-zero code, as ``thread_client.exits`` maps them."""
     from thread_client import exits
 
-    rows = [f"| {code} | {reason} |" for reason, code in sorted(exits.EXIT_CODES.items(), key=lambda item: item[1])]
+    failing = sorted((reason for reason in exits.StopReason if reason.exit_code), key=lambda reason: reason.exit_code)
+    rows = [f"| {reason.exit_code} | {reason.value} |" for reason in failing]
     return "\n".join(["| exit code | stop reason (as the summary's first line says it) |", "|---:|---|", *rows,
                       "", f"`thread-client --help` says: *{exits.EXIT_HELP}*"])
 

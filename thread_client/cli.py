@@ -32,7 +32,7 @@ from .control.console import console_main
 from .delivery import DELIVERIES, Delivery
 from .daemon import Daemon
 from .errors import ConfigError, StateNotWritten, StoreUnavailable, ThreadClientError
-from .exits import EXIT_HELP, OUTPUT_FAILED, STORE_NOT_REACHED, exit_code_for
+from .exits import EXIT_HELP, StopReason
 from .io.graveyard import Graveyard
 from .io.results import Results
 from .io.resume import ResumePoint, SendJournal
@@ -534,13 +534,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         # A full disk is no bad setting: the output failure it is at run time too (the next run may find room).
-        return exit_code_for(OUTPUT_FAILED) if exc.errno in _DISK_FULL else 2
+        return StopReason.OUTPUT_FAILED.exit_code if exc.errno in _DISK_FULL else 2
     except StoreUnavailable as exc:  # the work stream's store is away (a restart): try again later, not a bad setting
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exit_code_for(STORE_NOT_REACHED)
+        return StopReason.STORE_NOT_REACHED.exit_code
     except StateNotWritten as exc:  # a full or failing state dir: the output failure it is at run time too
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exit_code_for(OUTPUT_FAILED)
+        return StopReason.OUTPUT_FAILED.exit_code
     except ThreadClientError as exc:  # a bad setting, or a key another process on this host holds
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -552,5 +552,5 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"{PROG}: error: --summary-json {config.summary_json}: {exc.strerror or exc} (the summary is above)",
                   file=sys.stderr)
-            return summary.exit_code or exit_code_for(OUTPUT_FAILED)
+            return summary.exit_code or StopReason.OUTPUT_FAILED.exit_code
     return summary.exit_code

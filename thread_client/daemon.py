@@ -20,8 +20,8 @@ from .control.panel import DaemonPanel
 from .control.routes import Router
 from .control.server import ControlServer
 from .control.token import control_token
-from .errors import ConfigError, RequeueRefused
-from .exits import ALL_KEYS_RETIRED, DRAINED, ENDPOINT_NOT_FOUND, OUTPUT_FAILED, INPUT_DONE, THREAD_FAILED
+from .errors import ConfigError, KeyCommandRefused, RequeueRefused
+from .exits import StopReason
 from .flow.listener import Listeners
 from .flow.outage import OutageGate
 from .flow.producer import Producer
@@ -33,7 +33,7 @@ from .io.late_answers import LateAnswers
 from .io.resume import EarlierSend
 from .io.transport import endpoint_of
 from .limits.host_ban import HostBan
-from .limits.keys import ApiKey
+from .limits.keys import ApiKey, RetireReason
 from .limits.limiter import PausedBy
 from .limits.rate_limit_scope import RateLimitScope
 from .parts import Journal, KeyPool, RequestSource, ResultSink, Transport, owned_threads
@@ -47,7 +47,7 @@ from .observe.status import DaemonStatus, KeyCondition, KeyStatus
 from .observe.summary import Summary
 from .policy.answers import AnswerTable
 from .policy.order_status import StatusTable
-from .policy.retry import STRIKE_BUDGET_SPENT, RetryPolicy
+from .policy.retry import RetryPolicy
 from .stop_latch import StopLatch
 from .threads import ManagedThread
 
@@ -62,7 +62,8 @@ log = logging.getLogger(__name__)
 
 #: Stop reasons whose queued work (when it is not kept for the next run) is buried as another outcome
 #: than a plain shutdown; the stop reason is the burial's detail.
-_DRAIN_OUTCOMES = {ALL_KEYS_RETIRED: FinalOutcome.KEY_BLOCKED, ENDPOINT_NOT_FOUND: FinalOutcome.SHUTDOWN}
+_DRAIN_OUTCOMES = {StopReason.ALL_KEYS_RETIRED: FinalOutcome.KEY_BLOCKED,
+                   StopReason.ENDPOINT_NOT_FOUND: FinalOutcome.SHUTDOWN}
 
 #: Makes the connection one worker thread of a key sends through.
 TransportFactory = Callable[[ApiKey], Transport]
@@ -128,12 +129,13 @@ class Daemon:
         self.late_answers = LateAnswers(clock=clock)
         self.source = source
         self.producer = Producer(
-            self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(INPUT_DONE),
+            self.queues, source, self._stop_producer, on_exhausted=lambda: self.request_stop(StopReason.INPUT_DONE),
             on_stop=self._on_stop, clock=clock,
         )
         self.requeuer = Requeuer(self.queues)
-        # Guards _paused (the daemon's own pause, with every key's) and _requeues: the latest attempt of each id
-        # requeued in this run, or adopted to be settled (an earlier run's requeue on the wire at a crash).
+        # Guards _paused (the daemon's own pause, with every key's), the operator's retirements (one at a time: two
+        # cannot each leave the other the last key sending) and _requeues: the latest attempt of each id requeued
+        # in this run, or adopted to be settled (an earlier run's requeue on the wire at a crash).
         self._control_lock = threading.Lock()
         self._paused = False
         self._requeues: dict[str, int] = {}
@@ -231,7 +233,7 @@ class Daemon:
         if self.config.control_port is not None:
             self._serve_control()
         for key in self.keys:
-            if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire(STRIKE_BUDGET_SPENT):
+            if self.policy.parks(0, key.lifetime_strikes) is not None and key.retire(RetireReason.STRIKE_BUDGET_SPENT):
                 self._on_key_retired(key, f"{key.lifetime_strikes} rate-limit strikes in earlier runs, one short of "
                                           "the server's block (the server never forgets them)")
         memory = self.config.limit_memory
@@ -305,7 +307,43 @@ class Daemon:
 
     def drain(self) -> None:
         """The graceful stop of SIGTERM, asked from the control API."""
-        self.request_stop(DRAINED)
+        self.request_stop(StopReason.DRAINED)
+
+    def retire_key(self, key: ApiKey, last: bool = False) -> None:
+        """The operator's retirement of ``key`` for the rest of the run: what it has in flight finishes, it sends
+        nothing more, its workers end and the other keys take the queue. The last key that may send is retired only
+        when ``last`` says so: the daemon then stops as when every key is retired (exit code 3). Raises
+        KeyCommandRefused for a key retired for good already, or the last key without ``last``."""
+        with self._control_lock:
+            why = key.retired_because
+            if why is not None and why.final:
+                raise KeyCommandRefused(f"key {key.name} is retired already ({why.value})")
+            if not last and [other for other in self.keys if other.retired_because is None] == [key]:
+                raise KeyCommandRefused(f"key {key.name} is the last key that may send: retiring it stops the daemon "
+                                        '(exit code 3); say so with {"last": true}')
+            retired = key.retire(RetireReason.OPERATOR)
+        if retired:
+            self._on_key_retired(key, "from the control API")
+
+    def unpark_key(self, key: ApiKey) -> None:
+        """Let a key parked for this run's strikes send again, with a fresh budget of them: only while the strikes
+        of all its runs (as its state keeps them) stay below the lifetime budget. The hold its last strike set still
+        holds. Raises KeyCommandRefused for a key that is not parked (retired for good, or sending) or whose
+        lifetime budget is spent, and while the daemon stops."""
+        why = key.retired_because
+        if why is not RetireReason.PARKED:
+            raise KeyCommandRefused(f"key {key.name} is not parked" +
+                                    ("" if why is None else f": it is retired for good ({why.value})"))
+        if self.policy.parks(0, key.lifetime_strikes) is not None:
+            raise KeyCommandRefused(f"key {key.name} has had {key.lifetime_strikes} rate-limit strikes in all runs: "
+                                    f"its strike budget ({self.policy.strike_budget}) is spent")
+        if self.stop_latch.reason is not None:
+            raise KeyCommandRefused(f"the daemon is stopping ({self.stop_latch.reason.value})")
+        if not key.unpark():  # retired for good, or un-parked by another command, since the look above
+            raise KeyCommandRefused(f"key {key.name} is no longer parked")
+        log.warning("key %s un-parked from the control API: %s more this run before it parks again (%d of %d in all "
+                    "runs)", key.name, _count(self.policy.max_strikes, "strike"), key.lifetime_strikes,
+                    self.policy.strike_budget)
 
     def requeue(self, works: Sequence[Work], dead: Mapping[str, dict], room_wait: float = _ROOM_WAIT) -> list[str]:
         """Send the dead letters ``works`` again, each a new attempt of its id through the queues; ``dead``: their
@@ -352,21 +390,21 @@ class Daemon:
         the lock held."""
         return self._requeues.get(request_id, -1) >= requeue
 
-    def request_stop(self, reason: str = "stopped") -> None:
+    def request_stop(self, reason: StopReason = StopReason.STOPPED) -> None:
         """Ask ``run()`` to shut down; safe from any thread. Signals reach ``stop_latch`` directly
         (``stop_latch.catch_signals()``); the first reason wins."""
         self.stop_latch.request(reason)
 
     @property
-    def _stop_reason(self) -> str:
-        return self.stop_latch.reason or "stopped"
+    def _stop_reason(self) -> StopReason:
+        return self.stop_latch.reason or StopReason.STOPPED
 
     def run(self) -> Summary:
         """Run until stopped (or for ``config.duration`` seconds if set) and return the summary."""
         if self._started_at is None:
             self.start()
         if self.stop_latch.wait(self.config.duration or None) is None:
-            self.request_stop("duration reached")
+            self.request_stop(StopReason.DURATION_REACHED)
         return self.shutdown()
 
     def status(self, latency_bounds: Sequence[float]) -> DaemonStatus:
@@ -393,7 +431,7 @@ class Daemon:
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:
         """One ERROR line per retired key, saying what follows for the rest."""
-        what = f"key {key.name} retired ({key.retired_because}: {detail})"
+        what = f"key {key.name} retired ({key.retired_because.value}: {detail})"
         if not self.keys.all_retired:
             active = len(self.keys) - len(self.keys.retired())
             log.error("%s; the other %s carr%s its work", what, _count(active, "key"), "ies" if active == 1 else "y")
@@ -403,19 +441,19 @@ class Daemon:
             log.error("%s: it was the only key, nothing can be sent%s", what, left)
         else:
             log.error("%s: every API key is retired, nothing can be sent%s", what, left)
-        self.request_stop(ALL_KEYS_RETIRED)
+        self.request_stop(StopReason.ALL_KEYS_RETIRED)
 
     def _on_thread_failed(self, thread: ManagedThread) -> None:
         log.error("thread %s keeps dying: stopping (exit code 1)", thread.name)
-        self.request_stop(THREAD_FAILED)
+        self.request_stop(StopReason.THREAD_FAILED)
 
     def _on_write_error(self, exc: OSError) -> None:
         """A record or journal line could not be written (it is kept in memory, and logged): no key takes
         more work from now on, whose records would be lost too, and the daemon stops (exit code 1)."""
         self._take_no_more_work()
-        self.request_stop(OUTPUT_FAILED)
+        self.request_stop(StopReason.OUTPUT_FAILED)
 
-    def _on_stop(self, reason: str, message: str) -> None:
+    def _on_stop(self, reason: StopReason, message: str) -> None:
         """A thread found that nothing can work (the endpoint is wrong, the state dir cannot be written):
         no key takes more work, and the daemon stops, with one ERROR line from whichever got there first."""
         self._take_no_more_work()
@@ -447,7 +485,7 @@ class Daemon:
             self.request_stop()
             timeout = join_timeout if join_timeout is not None else self.config.http_timeout + 2.0
             drain_outcome = _DRAIN_OUTCOMES.get(self._stop_reason, FinalOutcome.SHUTDOWN)
-            drain_detail = self._stop_reason if self._stop_reason in _DRAIN_OUTCOMES else ""
+            drain_detail = self._stop_reason.value if self._stop_reason in _DRAIN_OUTCOMES else ""
             self.queues.close(drain_outcome, drain_detail)
             self.outage.close()
             for key in self.keys:
@@ -468,7 +506,7 @@ class Daemon:
             drained = self.queues.drain(drain_outcome, drain_detail)
             if drained and self.queues.keeps_unsent:
                 log.warning("%d requests not sent (%s): no final record, the next run of the same input takes them up",
-                            drained, self._stop_reason)
+                            drained, self._stop_reason.value)
             elif drained:
                 log.warning("%d queued requests buried in the graveyard (%s)", drained,
                             drain_outcome.reason(drain_detail))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 
 __all__ = [
-    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyInUse", "KeyNotHeld", "KeyPaused", "LimiterClosed",
-    "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt", "RequeueRefused", "ResetAfterSend",
-    "SendFenced", "SendOvertaken", "StaleConnection", "StateNotWritten", "StoreUnavailable", "ThreadClientError",
-    "TransportError",
+    "AnswerTimedOut", "ConfigError", "ConnectFailed", "EntryTakenOver", "KeyCommandRefused", "KeyInUse", "KeyNotHeld",
+    "KeyPaused", "LimiterClosed", "LimiterTimeout", "NoAnswer", "OutputInUse", "QueueClosed", "RequestNotBuilt",
+    "RequeueRefused", "ResetAfterSend", "SendFenced", "SendOvertaken", "StaleConnection", "StateNotWritten",
+    "StoreUnavailable", "ThreadClientError", "TransportError",
 ]
 
 
@@ -38,12 +38,17 @@ class LimiterClosed(ThreadClientError):
 
 
 class KeyPaused(ThreadClientError):
-    """Raised when a fresh send is asked of a paused key (an operator's pause, or the daemon's): nothing was
-    taken; the request goes back to the queue for another key."""
+    """Raised when a fresh send is asked of a paused key (an operator's pause, or the daemon's), or any send of a
+    parked one: nothing was taken; the request goes back to the queue for another key."""
 
     def __init__(self, key: str) -> None:
         super().__init__(f"{key} is paused")
         self.key = key
+
+
+class KeyCommandRefused(ThreadClientError):
+    """Raised when an operator's command on a key cannot be carried out in the key's state (an un-park of a key
+    not parked, or past its strike budget; the retirement of the last key sending without saying so): why."""
 
 
 class SendOvertaken(ThreadClientError):

@@ -2,32 +2,52 @@
 
 from __future__ import annotations
 
-__all__ = [
-    "ALL_KEYS_RETIRED", "DRAINED", "ENDPOINT_NOT_FOUND", "EXIT_CODES", "EXIT_HELP", "OUTPUT_FAILED", "INPUT_DONE", "NEVER_REACHED", "STORE_NOT_REACHED",
-    "THREAD_FAILED", "exit_code_for",
-]
+import enum
+import signal
 
-ALL_KEYS_RETIRED = "all keys retired"
-ENDPOINT_NOT_FOUND = "endpoint not found"
-NEVER_REACHED = "never reached the exchange"
-#: A member's store does not answer at start: not a bad setting (a supervisor starts it again later).
-STORE_NOT_REACHED = "the store did not answer at start"
-THREAD_FAILED = "a thread kept dying"
-OUTPUT_FAILED = "an output file is not writable"
-INPUT_DONE = "input done: every request has its final outcome"
-#: The control API's drain: the graceful stop of SIGTERM, a clean one.
-DRAINED = "drained from the control API"
+__all__ = ["EXIT_HELP", "StopReason"]
 
-#: 0 is a clean stop; a broken accounting identity is 1 too, decided by the summary itself.
-EXIT_CODES = {THREAD_FAILED: 1, OUTPUT_FAILED: 1, ENDPOINT_NOT_FOUND: 2, ALL_KEYS_RETIRED: 3, NEVER_REACHED: 4,
-              STORE_NOT_REACHED: 4}
+
+class StopReason(enum.Enum):
+    """Why a run stops: its value is the words the summary says it in (``stop_reason``, the format on disk), and
+    each member knows its exit code (0: a clean stop; a broken accounting identity is 1 too, decided by the
+    summary itself)."""
+
+    exit_code: int
+
+    def __new__(cls, words: str, exit_code: int = 0) -> "StopReason":
+        member = object.__new__(cls)
+        member._value_ = words
+        member.exit_code = exit_code
+        return member
+
+    INPUT_DONE = "input done: every request has its final outcome"
+    DURATION_REACHED = "duration reached"
+    #: The control API's drain: the graceful stop of SIGTERM, a clean one.
+    DRAINED = "drained from the control API"
+    SIGINT = "SIGINT"
+    SIGTERM = "SIGTERM"
+    #: Asked by the code that drives the daemon (a shutdown with no other reason, a test).
+    STOPPED = "stopped"
+    THREAD_FAILED = "a thread kept dying", 1
+    OUTPUT_FAILED = "an output file is not writable", 1
+    ENDPOINT_NOT_FOUND = "endpoint not found", 2
+    ALL_KEYS_RETIRED = "all keys retired", 3
+    NEVER_REACHED = "never reached the exchange", 4
+    #: A member's store does not answer at start: not a bad setting (a supervisor starts it again later).
+    STORE_NOT_REACHED = "the store did not answer at start", 4
+
+    @classmethod
+    def caught(cls, signum: signal.Signals) -> "StopReason":
+        """The stop a caught signal asks for; ValueError for a signal that stops nothing."""
+        try:
+            return cls[signal.Signals(signum).name]
+        except KeyError:
+            raise ValueError(f"{signal.Signals(signum).name} is no stop reason") from None
+
 
 EXIT_HELP = (
     "Exit codes: 0 clean stop, 1 accounting, thread or output-file failure, 2 bad arguments or endpoint not found, "
     "3 every key retired (blocked, invalid or forbidden), 4 never reached the exchange, or the work stream's store "
     "did not answer at start."
 )
-
-
-def exit_code_for(stop_reason: str) -> int:
-    return EXIT_CODES.get(stop_reason, 0)

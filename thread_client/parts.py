@@ -13,7 +13,7 @@ from .request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
 from .selectable_event import SelectableEvent
 
 if TYPE_CHECKING:
-    from .limits.keys import ApiKey
+    from .limits.keys import ApiKey, RetireReason
     from .threads import ManagedThread
 
 __all__ = ["NO_HEADERS", "Answer", "Journal", "KeyPool", "OwnsThreads", "RequestSource", "ResultSink", "Transport", "owned_threads"]
@@ -122,8 +122,8 @@ class KeyPool(Protocol):
     def __iter__(self) -> Iterator["ApiKey"]: ...
     def __len__(self) -> int: ...
 
-    def retired(self) -> dict[str, str]:
-        """Masked name -> reason, for every retired key."""
+    def retired(self) -> dict[str, "RetireReason"]:
+        """Masked name -> reason, for every retired (or parked) key."""
         ...
 
     @property

@@ -160,7 +160,8 @@ class Request:
     unsent: int = 0
     attempts: int = 0  # attempts that went out (or tried to)
     ambiguous: int = 0  # attempts the exchange may have accepted without saying so
-    last_failure: str | None = None
+    # What the latest failed attempt came to: an ``Outcome`` (``policy.answers``; a layer above, so not named here).
+    last_failure: enum.Enum | None = None
     # The latest attempt, for the final record: which key and nonce, and what the exchange answered.
     key: str = ""
     nonce: int | None = None
@@ -172,13 +173,13 @@ class Request:
         self.key, self.nonce, self.http_status, self.body = key, nonce, http_status, body
         self.attempts += 1
 
-    def note_failure(self, reason: str, spend: bool = True) -> None:
-        """An attempt failed for ``reason``; ``spend`` says whether it counts against the retry budget."""
+    def note_failure(self, outcome: enum.Enum, spend: bool = True) -> None:
+        """An attempt failed, as ``outcome``; ``spend`` says whether it counts against the retry budget."""
         if spend:
             self.failures += 1
         else:
             self.unsent += 1
-        self.last_failure = reason
+        self.last_failure = outcome
 
     def renew(self, now: float, ttl: float) -> None:
         """Taken by a worker: a fresh time-to-live for the wait for a slot, from ``now``."""

@@ -9,6 +9,8 @@ import threading
 import time
 from types import FrameType
 
+from .exits import StopReason
+
 __all__ = ["StopLatch"]
 
 _FROM_THREAD = b"\0"
@@ -23,7 +25,8 @@ class StopLatch:
     installs no-op handlers and lets the interpreter write the signal number
     into the pipe (``signal.set_wakeup_fd``); ``wait()`` reads it. Other threads
     call ``request()``, which records the reason under a lock (no signal handler
-    ever takes it) and writes a byte. The first reason wins.
+    ever takes it) and writes a byte. The first reason wins; a signal's is its
+    ``StopReason`` (``SIGTERM``).
     """
 
     def __init__(self) -> None:
@@ -32,17 +35,17 @@ class StopLatch:
         self._writer.setblocking(False)
         # Guards _reason; taken by threads and by the main thread in wait(), never by a signal handler.
         self._lock = threading.Lock()
-        self._reason: str | None = None
+        self._reason: StopReason | None = None
         self._caught: tuple[signal.Signals, ...] = ()
 
     def __repr__(self) -> str:
         return f"<StopLatch reason={self._reason!r}>"
 
     @property
-    def reason(self) -> str | None:
+    def reason(self) -> StopReason | None:
         return self._reason
 
-    def request(self, reason: str) -> bool:
+    def request(self, reason: StopReason) -> bool:
         """Ask the main thread to stop; safe from any thread (not from a signal handler). True for
         the call whose reason counts (the first), so exactly one caller can say why."""
         with self._lock:
@@ -56,13 +59,16 @@ class StopLatch:
         return first
 
     def catch_signals(self, *signals: signal.Signals) -> None:
-        """Route ``signals`` into the latch. Call from the main thread, before any worker thread starts."""
+        """Route ``signals`` into the latch, each a ``StopReason`` (ValueError for one that is not). Call from the
+        main thread, before any worker thread starts."""
+        for signum in signals:
+            StopReason.caught(signum)
         signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
         for signum in signals:
             signal.signal(signum, _ignore)
         self._caught = signals
 
-    def wait(self, timeout: float | None = None) -> str | None:
+    def wait(self, timeout: float | None = None) -> StopReason | None:
         """Block until a stop is requested (the reason) or ``timeout`` seconds pass (None)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -82,10 +88,10 @@ class StopLatch:
         except (BlockingIOError, InterruptedError):
             return
         for byte in data:
-            if byte:
+            if byte in self._caught:  # not the byte of a thread's request, nor a signal another handler took
                 with self._lock:
                     if self._reason is None:
-                        self._reason = signal.Signals(byte).name
+                        self._reason = StopReason.caught(signal.Signals(byte))
 
     def close(self) -> None:
         """Give the signals back to their defaults and close the pipe; idempotent."""

@@ -110,6 +110,9 @@ def test_a_key_paused_from_the_console_is_flagged_in_the_store_for_every_member(
     assert store.hgetall(Keyspace().paused) == {}
     code, refused = ask(router, "POST", "/api/v1/drain")
     assert code == 409 and "SIGTERM" in refused["error"]
+    for command, words in (("retire", "retired on the members"), ("unpark", "fresh count of its own")):
+        code, refused = ask(router, "POST", f"/api/v1/keys/{short}/{command}")
+        assert code == 409 and words in refused["error"]
 
 
 def test_dead_letters_are_paged_by_their_entry_id(group):

@@ -19,6 +19,7 @@ from thread_client.cluster.scripts import Scripts
 from thread_client.defaults import LATE_ANSWER_CAP
 from thread_client.config import default_state_dir
 from thread_client.errors import KeyNotHeld, StoreUnavailable
+from thread_client.limits.keys import RetireReason
 from thread_client.limits.scopes import RuleScopes
 
 NAMES = Keyspace("test").key(KEYS[0])
@@ -225,7 +226,7 @@ def test_strikes_live_with_the_key_in_the_store_and_a_key_at_its_budget_is_not_u
     third = leased_pool(valkey, "c", strike_budget=3)
     third._round()
     key = next(iter(third))
-    assert key.retired_because == "strike budget spent" and key.lifetime_strikes == 3
+    assert key.retired_because is RetireReason.STRIKE_BUDGET_SPENT and key.lifetime_strikes == 3
     assert not key.may_send() and not third.held()  # handed back at once: no member sends on it
     third.release()
 

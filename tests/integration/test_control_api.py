@@ -1,9 +1,11 @@
 """The control API of a running daemon against the reference server (``--control-port``): the status of five keys,
 commands refused without the token, a key and the whole daemon paused and resumed as the server's own counts show,
-the dead letters paged, one requeued until its new record supersedes the old, and a drain that ends the run."""
+a key parked for its strikes un-parked and another retired, the dead letters paged, one requeued until its new
+record supersedes the old, and a drain that ends the run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import stat
@@ -12,12 +14,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+import requests
 
 from conftest import ROOT, wait_for
 from thread_client.config import DEFAULT_KEYS
-from thread_client.limits.keys import key_id
+from thread_client.limits.keys import key_id, mask
 from tools.harness.client_process import client_command, read_summary
 from tools.harness.processes import free_port, stop_process
 
@@ -48,8 +52,15 @@ def answers(port: int) -> bool:
 
 @pytest.fixture
 def daemon(fast_server, tmp_path):
+    with running_daemon(fast_server, tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_daemon(server, tmp_path: Path, *flags: str) -> Iterator[tuple[subprocess.Popen, int, Path, Path]]:
     """A daemon on the reference server following a file of requests (two dead letters first), its control port
-    served with a token file it makes itself; killed after the test unless the test drained it."""
+    served with a token file it makes itself, given ``flags`` too; killed after the test unless the test drained
+    it."""
     source = tmp_path / "requests.jsonl"
     lines = [{"id": dead, "params": {"blob": "x" * 70_000}} for dead in DEAD_IDS]
     lines += [{"id": f"r-{n}", "params": {"n": n}} for n in range(REQUESTS)]
@@ -58,9 +69,9 @@ def daemon(fast_server, tmp_path):
     token_file.parent.mkdir()
     log = (tmp_path / "daemon.log").open("w")
     process = subprocess.Popen(client_command(
-        fast_server.url, tmp_path, "--source", str(source), "--follow", "--params-in", "form",
+        server.url, tmp_path, "--source", str(source), "--follow", "--params-in", "form",
         "--results", str(tmp_path / "results.jsonl"), "--http-timeout-ms", str(round(HTTP_TIMEOUT_S * 1000)),
-        "--control-port", str(port), "--control-token-file", str(token_file)), cwd=ROOT, stdout=log,
+        "--control-port", str(port), "--control-token-file", str(token_file), *flags), cwd=ROOT, stdout=log,
         stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: process.poll() is not None or answers(port), timeout=30)
@@ -126,6 +137,58 @@ def test_status_commands_and_pauses(daemon, fast_server):
     assert call(port, "POST", "/api/v1/resume", token=token) == (200, {"paused": False})
     wait_for(lambda: all(accepted_at_server(fast_server)[key] > stopped[key] for key in DEFAULT_KEYS), timeout=10)
     assert process.poll() is None
+
+
+def key_states(port: int) -> dict[str, dict]:
+    return {key["id"]: key for key in call(port, "GET", "/api/v1/status")[1]["keys"]}
+
+
+def fill_the_window_of(server, secret: str, port: int, short_id: str) -> None:
+    """Another client on ``secret``: bursts of sends with a spent nonce (each takes a place in the key's window at
+    the server, then is refused) until a send of the daemon finds the window full, a strike that parks the key."""
+    with requests.Session() as session:
+        def parked_after_a_burst() -> bool:
+            for _ in range(30):
+                session.get(f"{server.url}/api/request", params={"api_key": secret, "nonce": 1, "req_id": "x"},
+                            timeout=5)
+            return key_states(port)[short_id]["state"] == "parked"
+
+        wait_for(parked_after_a_burst, timeout=30)
+
+
+def test_a_parked_key_is_unparked_and_a_retired_key_sends_nothing_more(start_server, tmp_path):
+    """One strike parks a key here (``--max-strikes 1``; the server blocks a key only after 1000, and the lifetime
+    budget is far off): un-parked, it sends again with a fresh budget; another key retired sends nothing more, the
+    others carry the work, and the summary names it."""
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--max-429", "1000")
+    with running_daemon(server, tmp_path, "--max-strikes", "1", "--server-max-429", "100") as running:
+        process, port, token_file, workdir = running
+        token = token_file.read_text().strip()
+        parked, retired = (key_id(secret)[:12] for secret in DEFAULT_KEYS[:2])
+        wait_for(lambda: accepted_at_server(server).get(DEFAULT_KEYS[0], 0) > 0, timeout=20)
+        assert call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)[0] == 409  # sending: nothing to undo
+
+        fill_the_window_of(server, DEFAULT_KEYS[0], port, parked)
+        assert key_states(port)[parked]["strikes"] >= 1 and process.poll() is None  # the other keys go on
+        assert quiet_after_sends_end(server, [DEFAULT_KEYS[0]])
+        code, answer = call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)
+        assert code == 200 and answer["state"] in ("held", "sending"), answer
+        assert key_states(port)[parked]["strikes"] == 0
+        before = accepted_at_server(server)[DEFAULT_KEYS[0]]
+        wait_for(lambda: accepted_at_server(server)[DEFAULT_KEYS[0]] > before, timeout=20)
+
+        assert call(port, "POST", f"/api/v1/keys/{retired}/retire", token=token) == (
+            200, {"key": retired, "state": "retired"})
+        assert quiet_after_sends_end(server, [DEFAULT_KEYS[1]])
+        others = accepted_at_server(server)
+        wait_for(lambda: all(accepted_at_server(server)[key] > others[key] for key in DEFAULT_KEYS[2:]), timeout=10)
+        code, answer = call(port, "POST", f"/api/v1/keys/{retired}/unpark", token=token)
+        assert code == 409 and "retired by the operator" in answer["error"]
+
+        assert call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
+        assert process.wait(timeout=30) == 0
+    summary = read_summary(workdir)
+    assert summary["retired_keys"] == {mask(DEFAULT_KEYS[1]): "retired by the operator"}, summary
 
 
 def records_of(results: Path, request_id: str) -> list[dict]:

@@ -15,13 +15,14 @@ from thread_client.cli import build_config, build_daemon
 from thread_client.config import Config
 from thread_client.daemon import Daemon
 from thread_client.delivery import EXACTLY_ONCE
+from thread_client.exits import StopReason
 from thread_client.io import jsonlines
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.results import Results
 from thread_client.io.resume import ResumePoint, SendJournal
 from thread_client.io.sources import JsonLinesSource
 from thread_client.io.transport import HttpTransport
-from thread_client.limits.keys import HostKeyPool
+from thread_client.limits.keys import HostKeyPool, RetireReason
 from thread_client.resumability import Resumability
 from thread_client.policy.retry import RetryPolicy
 from thread_client.limits.scopes import RuleScopes
@@ -90,8 +91,8 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
         transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
     )
     summary = daemon.run()
-    assert summary.stop_reason == "an output file is not writable" and summary.exit_code == 1
-    assert set(summary.retired_keys.values()) <= {"output failed"} and summary.counts.balanced
+    assert summary.stop_reason is StopReason.OUTPUT_FAILED and summary.exit_code == 1
+    assert set(summary.retired_keys.values()) <= {RetireReason.OUTPUT_FAILED} and summary.counts.balanced
     refused = summary.counts.accepted - len(results.read_text().splitlines())
     assert refused > 0  # accepted by the exchange, its record refused by the disk
     again = tmp_path / "again"
@@ -129,7 +130,7 @@ def test_at_least_once_a_full_disk_stops_the_run_and_the_rerun_marks_every_reque
         transports=lambda key: HttpTransport(config.url, key.secret, config.http_timeout), policy=RetryPolicy(),
     )
     summary = daemon.run()
-    assert summary.stop_reason == "an output file is not writable" and summary.exit_code == 1
+    assert summary.stop_reason is StopReason.OUTPUT_FAILED and summary.exit_code == 1
     assert summary.counts.balanced and summary.counts.graveyard == 0  # nothing buried: the rest waits
     assert 0 < summary.counts.accepted < 300
     again = tmp_path / "again"
@@ -183,5 +184,5 @@ def test_exactly_once_every_send_leaves_only_after_its_journal_line_is_on_the_di
     for worker in daemon.workers:
         worker._transport.send = checked_send(worker._transport.send)
     summary = daemon.run()
-    assert summary.counts.accepted == 60 and summary.stop_reason.startswith("input done")
+    assert summary.counts.accepted == 60 and summary.stop_reason is StopReason.INPUT_DONE
     assert len(checked) >= 60

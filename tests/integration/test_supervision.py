@@ -8,6 +8,7 @@ import logging
 from conftest import KEYS, run_client, wait_for
 from thread_client.config import Config
 from thread_client.daemon import Daemon
+from thread_client.exits import StopReason
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.sources import SyntheticSource
 from thread_client.io.transport import HttpTransport
@@ -60,7 +61,7 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost(fast_server, tmp_path,
         # Until each of the key's two threads died twice (its own transport's 5th and 9th send), however the
         # sends happened to be shared between them on a loaded machine.
         wait_for(lambda: [t.restarts for t in daemon.workers if t.name.startswith(victim)] == [2, 2], timeout=50)
-        daemon.request_stop("test done")
+        daemon.request_stop(StopReason.STOPPED)
         summary = daemon.run()
     restarted = {t.name: t.restarts for t in daemon.workers if t.restarts}
     assert restarted == {f"{victim}-0": 2, f"{victim}-1": 2}  # each has its own transport, killed twice
@@ -74,7 +75,7 @@ def test_a_killed_worker_is_restarted_and_nothing_is_lost(fast_server, tmp_path,
 def test_a_worker_that_keeps_dying_stops_the_daemon_with_exit_1_and_loses_nothing(fast_server, tmp_path):
     daemon = daemon_with(fast_server, tmp_path, deadly_for_first_key=None, duration=60)
     summary = daemon.run()
-    assert summary.stop_reason == "a thread kept dying" and summary.exit_code == 1
+    assert summary.stop_reason is StopReason.THREAD_FAILED and summary.exit_code == 1
     assert summary.duration_s < 30
     dead = summary.threads_died
     assert dead and all(name.startswith(f"worker-{key_id(KEYS[0])[:6]}") for name in dead)

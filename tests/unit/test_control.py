@@ -17,9 +17,10 @@ from thread_client.control.feed import RECENT_ERRORS, ConsoleFeed
 from thread_client.control.routes import NoResults, Router
 from thread_client.control.token import control_token
 from thread_client.delivery import EXACTLY_ONCE
-from thread_client.errors import ConfigError, KeyPaused, RequeueRefused
+from thread_client.errors import ConfigError, KeyCommandRefused, KeyPaused, RequeueRefused
 from thread_client.flow.listener import Listener, Listeners
 from thread_client.io.resume import ResumePoint
+from thread_client.limits.keys import RetireReason
 from thread_client.limits.limiter import PausedBy, ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 from thread_client.observe.status import KeyCondition
@@ -65,7 +66,7 @@ def test_a_worker_waiting_on_a_paused_key_wakes_when_it_is_resumed(clock):
 
 def test_a_key_s_condition_shows_the_operator_s_pause_after_a_retirement_and_before_a_ban():
     assert KeyCondition.of(None, True, True, paused=True) is KeyCondition.PAUSED
-    assert KeyCondition.of("key_blocked", False, False, paused=True) is KeyCondition.BLOCKED
+    assert KeyCondition.of(RetireReason.KEY_BLOCKED, False, False, paused=True) is KeyCondition.BLOCKED
     assert KeyCondition.of(None, False, False, owned=False, paused=True) is KeyCondition.NOT_OWNED
 
 
@@ -104,6 +105,18 @@ class FakePanel:
     def pause_key(self, key, paused):
         self.calls.append(("key", key, paused))
         return ("paused" if paused else "sending") if key == "abc" else None
+
+    def retire_key(self, key, last):
+        self.calls.append(("retire", key, last))
+        if key == "last" and not last:
+            raise KeyCommandRefused("key last is the last key that may send")
+        return "retired" if key in ("abc", "last") else None
+
+    def unpark_key(self, key):
+        self.calls.append(("unpark", key))
+        if key == "spent":
+            raise KeyCommandRefused("key spent has had 4 rate-limit strikes in all runs")
+        return "held" if key in ("abc", "spent") else None
 
     def pause(self, paused):
         self.calls.append(("daemon", paused))
@@ -156,6 +169,23 @@ def test_every_command_needs_the_token_and_reads_need_none(router, caplog):
     assert ask(router, "POST", "/api/v1/pause") == (200, {"paused": True})
     assert ask(router, "POST", "/api/v1/resume") == (200, {"paused": False})
     assert ask(router, "POST", "/api/v1/drain") == (200, {"draining": True})
+
+
+def test_a_key_is_retired_and_unparked_and_a_command_its_state_refuses_is_a_conflict(router):
+    assert ask(router, "POST", "/api/v1/keys/abc/retire", token=None)[0] == 401
+    assert ask(router, "POST", "/api/v1/keys/abc/retire") == (200, {"key": "abc", "state": "retired"})
+    assert ask(router, "POST", "/api/v1/keys/last/retire", b'{"last": false}') == (
+        409, {"error": "key last is the last key that may send"})
+    assert ask(router, "POST", "/api/v1/keys/last/retire", b'{"last": true}') == (
+        200, {"key": "last", "state": "retired"})
+    assert ask(router, "POST", "/api/v1/keys/abc/retire", b'{"last": "yes"}')[0] == 400
+    assert ask(router, "POST", "/api/v1/keys/abc/unpark") == (200, {"key": "abc", "state": "held"})
+    assert ask(router, "POST", "/api/v1/keys/spent/unpark") == (
+        409, {"error": "key spent has had 4 rate-limit strikes in all runs"})
+    for verb in ("retire", "unpark"):
+        assert ask(router, "POST", f"/api/v1/keys/nope/{verb}")[0] == 404
+    assert ask(router, "GET", "/api/v1/keys/abc/retire")[0] == 405
+    assert router._panel.calls[:3] == [("retire", "abc", False), ("retire", "last", False), ("retire", "last", True)]
 
 
 def test_unknown_paths_keys_and_methods_and_bad_queries_are_json_errors(router):

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from thread_client.exits import StopReason
+from thread_client.limits.keys import RetireReason
 from thread_client.policy.answers import Outcome, Reading, reference_table
 from thread_client.policy.retry import Action, KeyStep, RequestStep, RetryPolicy
 from thread_client.request import FinalOutcome
@@ -92,50 +94,60 @@ def test_accepted_ends_the_journey():
 def test_a_failure_is_retried_after_a_backoff_until_the_budget_is_spent(outcome):
     retry = policy(max_retries=2, backoff_base=0.2, backoff_cap=5.0)
     first = retry.decide(outcome, failures=0)
-    assert (first.request, first.key, first.reason, first.spend) == (RequestStep.RETRY, KeyStep.KEEP, outcome.value, True)
+    assert (first.request, first.key, first.detail, first.spend) == (RequestStep.RETRY, KeyStep.KEEP, "", True)
     assert 0.1 <= first.delay <= 0.2
     assert retry.decide(outcome, failures=1).request is RequestStep.RETRY
     last = retry.decide(outcome, failures=2)
-    assert (last.request, last.final, last.reason) == (RequestStep.BURY, FinalOutcome.RETRIES_EXHAUSTED, outcome.value)
+    assert (last.request, last.final, last.detail) == (RequestStep.BURY, FinalOutcome.RETRIES_EXHAUSTED, outcome.value)
 
 
 def test_an_invalid_nonce_resyncs_the_key_and_retries_at_once_for_free_until_it_keeps_coming():
     # A lost order bet is not the request's fault: with the rule betting ~20 % far from the exchange, spent
     # retries would bury a request that could be accepted (six lost bets in a row) and back it off for nothing.
     action = policy(max_retries=5).decide(Outcome.INVALID_NONCE, failures=5, unsent=3)
-    assert action == Action(RequestStep.RETRY, KeyStep.RESYNC, reason="invalid_nonce", spend=False)
+    assert action == Action(RequestStep.RETRY, KeyStep.RESYNC, spend=False)
     endless = policy(max_retries=5).decide(Outcome.INVALID_NONCE, failures=5, unsent=24)
     assert (endless.request, endless.final) == (RequestStep.BURY, FinalOutcome.RETRIES_EXHAUSTED)
 
 
 def test_any_other_400_rejects_the_request_for_good():
     action = policy(max_retries=5).decide(Outcome.REJECTED, failures=0, detail="amount too large")
-    assert action == Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason="amount too large")
+    assert action == Action(RequestStep.BURY, final=FinalOutcome.REJECTED, detail="amount too large")
 
 
 def test_a_duplicate_is_a_final_outcome_of_its_own_never_a_rejection():
     # The exchange has the first copy of this client id: buried as "rejected", the user would send the order again.
     action = policy(max_retries=5).decide(Outcome.DUPLICATE, failures=0, detail="Duplicate order sent.")
-    assert action == Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, reason="Duplicate order sent.")
+    assert action == Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, detail="Duplicate order sent.")
 
 
 def test_an_answer_that_says_the_exchange_does_not_know_is_retried_as_any_ambiguous_attempt():
     # At least once: sent again under a fresh nonce after a backoff, spending a retry (the worker counts it ambiguous).
     action = policy(max_retries=5).decide(Outcome.AMBIGUOUS, failures=1)
-    assert (action.request, action.key, action.spend, action.reason) == (RequestStep.RETRY, KeyStep.KEEP, True,
-                                                                         "ambiguous")
+    assert (action.request, action.key, action.spend) == (RequestStep.RETRY, KeyStep.KEEP, True)
     assert policy(max_retries=1).decide(Outcome.AMBIGUOUS, failures=1).final is FinalOutcome.RETRIES_EXHAUSTED
 
 
-@pytest.mark.parametrize("outcome", [Outcome.KEY_BLOCKED, Outcome.INVALID_KEY, Outcome.FORBIDDEN])
-def test_a_dead_key_is_retired_and_its_request_goes_to_another_at_no_cost(outcome):
-    action = policy(max_retries=0).decide(outcome, failures=0)
-    assert action == Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
+@pytest.mark.parametrize("outcome, why", [(Outcome.KEY_BLOCKED, RetireReason.KEY_BLOCKED),
+                                          (Outcome.INVALID_KEY, RetireReason.INVALID_KEY),
+                                          (Outcome.FORBIDDEN, RetireReason.FORBIDDEN)])
+def test_a_dead_key_is_retired_for_its_answer_and_its_request_goes_to_another_at_no_cost(outcome, why):
+    action = policy(max_retries=0).decide(outcome, failures=0, detail="Key blocked")
+    assert action == Action(RequestStep.HAND_BACK, KeyStep.RETIRE, retire=why)
+    assert why.value == outcome.value and why.final  # the retirement says it in the words the summary always had
 
 
 def test_a_wrong_endpoint_stops_the_daemon_without_failing_the_request():
     action = policy().decide(Outcome.ENDPOINT_NOT_FOUND, failures=0)
-    assert (action.request, action.stop, action.reason) == (RequestStep.HAND_BACK, True, "endpoint not found")
+    assert (action.request, action.stop) == (RequestStep.HAND_BACK, StopReason.ENDPOINT_NOT_FOUND)
+    assert (action.stop.value, action.stop.exit_code) == ("endpoint not found", 2)
+
+
+def test_an_action_names_a_retirement_exactly_when_it_retires_the_key():
+    with pytest.raises(ValueError):
+        Action(RequestStep.HAND_BACK, KeyStep.RETIRE)
+    with pytest.raises(ValueError):
+        Action(RequestStep.HAND_BACK, KeyStep.KEEP, retire=RetireReason.KEY_BLOCKED)
 
 
 def test_a_surprise_429_is_a_strike_that_holds_the_key():
@@ -149,7 +161,7 @@ def test_a_surprise_429_is_a_strike_that_holds_the_key():
 def test_retry_after_pauses_the_key_not_the_request_up_to_the_cap(outcome, key):
     retry = policy(max_retries=0, max_retry_after=600)
     action = retry.decide(outcome, failures=0, retry_after=12.0)
-    assert action == Action(RequestStep.HAND_BACK, key, reason=outcome.value, key_delay=12.0)  # no budget spent
+    assert action == Action(RequestStep.HAND_BACK, key, key_delay=12.0)  # no budget spent
     assert retry.decide(outcome, failures=0, retry_after=3600).key_delay == 600
 
 
@@ -169,7 +181,14 @@ def test_nothing_sent_costs_no_retry_but_still_backs_off():
 
 def test_a_request_that_only_waited_out_its_ttl_is_renewed_at_no_cost():
     action = policy(max_retries=0).decide(Outcome.EXPIRED, failures=0)
-    assert action == Action(RequestStep.RETRY, reason="expired", spend=False)
+    assert action == Action(RequestStep.RETRY, spend=False)
+
+
+def test_a_key_is_parked_for_this_run_s_strikes_and_retired_for_good_for_those_of_every_run():
+    retry = policy(max_strikes=3, strike_budget=4)
+    assert [retry.parks(strikes, lifetime) for strikes, lifetime in ((2, 2), (3, 3), (1, 4), (0, 4))] == [
+        None, RetireReason.PARKED, RetireReason.STRIKE_BUDGET_SPENT, RetireReason.STRIKE_BUDGET_SPENT]
+    assert not RetireReason.PARKED.final and RetireReason.STRIKE_BUDGET_SPENT.final
 
 
 def test_the_policy_is_a_frozen_value():

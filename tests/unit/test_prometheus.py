@@ -16,6 +16,7 @@ from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.io.graveyard import Graveyard
 from thread_client.limits.host_ban import HostBan
+from thread_client.limits.keys import RetireReason
 from thread_client.observe.metrics import Metrics
 from thread_client.observe.prometheus import DaemonCollector, MetricsServer
 from thread_client.observe.status import DaemonStatus, KeyCondition, KeyStatus
@@ -122,7 +123,8 @@ def test_a_daemon_paused_from_the_control_api_is_served_so_the_stall_alerts_can_
 def test_key_states_strikes_budgets_bans_and_leases_are_served():
     served = families(running_status())
     state = samples(served["thread_client_key_state"])
-    assert {labels[1] for labels in state} == {"sending", "paused", "held", "parked", "blocked", "banned", "not owned"}
+    assert {labels[1] for labels in state} == {"sending", "paused", "held", "parked", "blocked", "retired", "banned",
+                                               "not owned"}
     assert [labels for labels, value in state.items() if value == 1] == [("UT4N...JYA6", "held"),
                                                                           ("A7QK...MZ22", "parked")]
     assert samples(served["thread_client_strikes"]) == {("UT4N...JYA6",): 1, ("A7QK...MZ22",): 3}
@@ -149,9 +151,11 @@ def test_every_outcome_of_every_key_is_declared_at_zero_before_it_happens():
     (None, False, False, KeyCondition.SENDING),
     (None, True, False, KeyCondition.HELD),
     (None, True, True, KeyCondition.BANNED),
-    ("parked", True, True, KeyCondition.PARKED),
-    ("strike budget spent", False, False, KeyCondition.PARKED),
-    ("key_blocked", False, True, KeyCondition.BLOCKED),
+    (RetireReason.PARKED, True, True, KeyCondition.PARKED),
+    (RetireReason.STRIKE_BUDGET_SPENT, False, False, KeyCondition.PARKED),
+    (RetireReason.KEY_BLOCKED, False, True, KeyCondition.BLOCKED),
+    (RetireReason.OUTPUT_FAILED, False, False, KeyCondition.BLOCKED),
+    (RetireReason.OPERATOR, False, True, KeyCondition.RETIRED),  # no block: the alert on blocked keys stays quiet
 ])
 def test_a_key_s_condition_puts_its_retirement_first_then_the_ban_then_its_hold(retired_because, held, banned,
                                                                                  condition):
@@ -167,7 +171,7 @@ def test_the_oldest_queued_request_s_age_is_read_from_both_queues():
     clock.advance(1.0)
     queues.submit(second)
     taken = queues.take(timeout=0)
-    queues.retry(taken, "timeout", delay=30.0)
+    queues.retry(taken, Outcome.TIMEOUT, delay=30.0)
     clock.advance(2.0)
     assert queues.oldest_ages() == (2.0, 3.0)
 

@@ -15,6 +15,7 @@ from thread_client.io.graveyard import Graveyard
 from thread_client.io.results import Results
 from thread_client.flow.queues import QueueManager
 from thread_client.errors import QueueClosed
+from thread_client.policy.answers import Outcome
 from thread_client.request import FinalOutcome, Request
 
 
@@ -58,7 +59,7 @@ def test_retries_are_served_before_new_requests(manager, clock):
         assert manager.submit(new_request(req_id, clock))
     first = manager.take(timeout=0)
     assert first.req_id == "1"
-    manager.retry(first, "timeout", delay=0.1)
+    manager.retry(first, Outcome.TIMEOUT, delay=0.1)
     assert not manager.requeue_ready(timeout=0)  # still backing off
     clock.advance(0.1)
     assert manager.requeue_ready(timeout=0)
@@ -71,19 +72,19 @@ def test_a_burial_after_retries_lands_in_the_graveyard_file_with_every_attempt(m
     manager.submit(new_request(7, clock))
     request = manager.take(timeout=0)
     for attempt in range(2):
-        manager.retry(request, "server_error", delay=1.0)
+        manager.retry(request, Outcome.SERVER_ERROR, delay=1.0)
         clock.advance(1.0)
         assert manager.requeue_ready(timeout=0)
         request = manager.take(timeout=0)
     request.note_attempt("UT4N...JYA6", 3, None, b"")
-    manager.bury(request, FinalOutcome.RETRIES_EXHAUSTED, "timeout", failure="timeout")
+    manager.bury(request, FinalOutcome.RETRIES_EXHAUSTED, "timeout", failure=Outcome.TIMEOUT)
     counts = manager.counts()
     assert (counts.created, counts.graveyard, counts.in_flight, counts.balanced) == (1, 1, 0, True)
     manager.graveyard.close()
     records = [json.loads(line) for line in (tmp_path / "graveyard.jsonl").read_text().splitlines()]
     assert len(records) == 1
     assert records[0]["req_id"] == "7"
-    assert records[0]["reason"] == "retries exhausted: timeout"
+    assert (records[0]["reason"], records[0]["last_failure"]) == ("retries exhausted: timeout", "timeout")
     assert (records[0]["outcome"], records[0]["attempts"]) == ("retries_exhausted", 1)  # as in the results
     assert records[0]["buried"] >= records[0]["created"] > 0
 
@@ -92,7 +93,7 @@ def test_backpressure_and_shutdown_account_for_everything(manager, clock):
     for req_id in range(4):
         manager.submit(new_request(req_id, clock))
     taken = manager.take(timeout=0)
-    manager.retry(taken, "timeout", delay=5.0)
+    manager.retry(taken, Outcome.TIMEOUT, delay=5.0)
     manager.accept(manager.take(timeout=0))
     for req_id in (4, 5):
         manager.submit(new_request(req_id, clock))  # full again: 4 in the main queue, 1 in the DLQ
@@ -127,7 +128,7 @@ class Waiter(threading.Thread):
 
 def test_closing_wakes_every_thread_blocked_on_the_queues_at_once(manager, clock):
     manager.submit(new_request(1, clock))
-    manager.retry(manager.take(timeout=0), "timeout", delay=3600)  # in the DLQ for an hour
+    manager.retry(manager.take(timeout=0), Outcome.TIMEOUT, delay=3600)  # in the DLQ for an hour
     waiting = {
         "worker": Waiter(manager.take),  # the main queue is empty
         "requeue": Waiter(manager.requeue_ready),  # nothing ready for an hour

@@ -20,7 +20,7 @@ from thread_client.flow.outage import OutageGate
 from thread_client.flow.queues import QueueManager
 from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
-from thread_client.limits.keys import ApiKey, BaseKeyPool
+from thread_client.limits.keys import ApiKey, BaseKeyPool, RetireReason
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.rate_limit_scope import RateLimitScope
 from thread_client.policy.retry import RetryPolicy
@@ -148,5 +148,5 @@ def test_the_second_strike_parks_the_key_by_default():
     assert pool.queues.submit(Request("r1", time.monotonic()))
     pool.send()
     pool.send()
-    assert pool.keys[0].retired_because == "parked" and pool.remembered == [1, 2]
+    assert pool.keys[0].retired_because is RetireReason.PARKED and pool.remembered == [1, 2]
 

@@ -14,6 +14,7 @@ from fakes import Call, answer, ok, server_error
 from test_worker_paths import BOUND, FIRST, Rig
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, ResetAfterSend
+from thread_client.limits.keys import RetireReason
 from thread_client.limits.limiter import PausedBy
 from thread_client.policy.answers import AnswerTable
 from thread_client.policy.order_status import Finding, StatusTable
@@ -143,7 +144,7 @@ def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_
     r.assert_clean()
 
 
-@pytest.mark.parametrize("by", list(PausedBy), ids=lambda by: by.value)
+@pytest.mark.parametrize("by", [PausedBy.OPERATOR, PausedBy.DAEMON], ids=lambda by: by.value)
 def test_a_pause_while_a_send_is_in_doubt_lets_its_status_asks_through(by):
     """A pause stops new work, never the settling of a send already out: the order may have been placed, and
     only the asks can tell (a pause that ended it ``unknown`` left a possible order unaccounted for)."""
@@ -156,6 +157,20 @@ def test_a_pause_while_a_send_is_in_doubt_lets_its_status_asks_through(by):
     r.handle_next()
     assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]
     assert (r.queues.counts().accepted, r.queues.graveyard.by_outcome()) == (1, {})
+    r.assert_clean()
+
+
+def test_a_key_parked_while_a_send_is_in_doubt_sends_no_status_ask_and_the_request_ends_unknown():
+    """Parked (another thread's strikes), the key sends nothing at all, not even an ask: as a retired key did."""
+    def parked_while_out(*_: object) -> object:
+        assert r.key.retire(RetireReason.PARKED)
+        return EXECUTION_UNKNOWN
+
+    r = rig(parked_while_out, delivery=EXACTLY_ONCE)
+    r.submit("r1")
+    r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1")]
+    assert r.queues.graveyard.by_outcome() == {"unknown": 1}
     r.assert_clean()
 
 

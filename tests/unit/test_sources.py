@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from thread_client.errors import StateNotWritten
-from thread_client.exits import OUTPUT_FAILED
+from thread_client.exits import StopReason
 from thread_client.flow.producer import Producer
 from thread_client.flow.queues import QueueManager
 from thread_client.io import sources
@@ -261,7 +261,7 @@ def test_a_state_dir_that_refuses_an_id_stops_the_producer_with_the_line_in_hand
     producer.start()
     producer.join(5.0)
     assert not producer.is_alive() and producer.restarts == 0 and producer.failure is None
-    assert [reason for reason, _ in stops] == [OUTPUT_FAILED]
+    assert [reason for reason, _ in stops] == [StopReason.OUTPUT_FAILED]
     assert "the ids taken in could not be written to the state dir" in stops[0][1]
     taken_in = queues.counts().created
     assert 0 < taken_in < 1000 and queues.counts().graveyard == 0
@@ -297,7 +297,7 @@ def test_a_pipe_s_line_in_hand_when_the_state_dir_refuses_its_id_is_taken_in_not
     producer.join(5.0)
     os.close(read_end)
     writer.join(5.0)
-    assert not producer.is_alive() and producer.failure is None and stops == [OUTPUT_FAILED]
+    assert not producer.is_alive() and producer.failure is None and stops == [StopReason.OUTPUT_FAILED]
     consumed = source._number  # every line the source took out of the pipe (read ahead ones too)
     assert queues.counts().created == consumed > 0, "lines read from the pipe and never taken in"
 

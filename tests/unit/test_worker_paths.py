@@ -27,6 +27,7 @@ from fakes import (
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import KeyLease
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
+from thread_client.exits import StopReason
 from thread_client.errors import (
     AnswerTimedOut, ConnectFailed, EntryTakenOver, LimiterTimeout, RequestNotBuilt, SendFenced, StaleConnection, StoreUnavailable,
 )
@@ -36,12 +37,12 @@ from thread_client.flow.worker import Worker
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.late_answers import LateAnswers
 from thread_client.io.resume import SendJournal
-from thread_client.limits.keys import ApiKey
+from thread_client.limits.keys import ApiKey, RetireReason
 from thread_client.limits.limiter import ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator, Reserve
 from thread_client.observe.metrics import Metrics
 from thread_client.parts import Answer, Journal
-from thread_client.policy.answers import AnswerTable
+from thread_client.policy.answers import AnswerTable, Outcome
 from thread_client.policy.order_status import StatusTable
 from thread_client.policy.retry import RetryPolicy
 from thread_client.profile import read_profile
@@ -82,7 +83,7 @@ class Rig:
         self.metrics = metrics or Metrics()
         self.stop = threading.Event()
         self.retired: list[str] = []
-        self.stopped: list[str] = []  # the reasons the worker asked the daemon to stop for
+        self.stopped: list[StopReason] = []  # the reasons the worker asked the daemon to stop for
         self.other_nonces: list[int] = []
         self._policy = policy = RetryPolicy(max_retries=3, backoff_base=0.001, backoff_cap=0.001, rng=random.Random(1))
         self.worker = Worker(
@@ -111,7 +112,7 @@ class Rig:
     def key_retired(self, then: Step) -> Step:
         """Another thread of the key retires it (its 429 blocked) while this send is out; this send
         then gets ``then``."""
-        assert self.key.retire("key_blocked")
+        assert self.key.retire(RetireReason.KEY_BLOCKED)
         return then
 
     # -- driving the worker -----------------------------------------------------------------
@@ -358,9 +359,9 @@ def test_exactly_once_a_key_blocked_while_settling_ends_unknown_and_never_sends_
     rig.submit("r1")
     request = rig.handle_next()
     assert rig.transport.nonces == [FIRST, FIRST]
-    assert rig.key.retired_because == "key_blocked" and rig.retired
+    assert rig.key.retired_because is RetireReason.KEY_BLOCKED and rig.retired
     counts = rig.queues.counts()
-    assert (counts.accepted, counts.graveyard) == (0, 1) and request.last_failure == "unknown"
+    assert (counts.accepted, counts.graveyard) == (0, 1) and request.last_failure is Outcome.UNKNOWN
     rig.assert_clean()
 
 
@@ -545,7 +546,7 @@ def test_a_strike_that_cannot_be_written_down_retires_the_key_after_holding_it(f
     rig = Rig(rate_limited(), remember_strikes=unwritable)
     rig.submit("r1")
     rig.handle_next()
-    assert rig.key.retired_because == "output failed" and rig.key.limiter.state().closed
+    assert rig.key.retired_because is RetireReason.OUTPUT_FAILED and rig.key.limiter.state().closed
     assert rig.retired and "strike could not be written down" in rig.retired[0]
     counts = rig.queues.counts()
     assert counts.dlq == 1 and counts.graveyard == 0  # the request itself goes on, on another key
@@ -688,7 +689,7 @@ def test_a_key_blocked_mid_request_hands_the_request_back_and_its_worker_ends():
     rig.stop_taking()
     rig.worker.join(BOUND)
     assert not alive and not rig.worker.is_alive() and rig.worker.failure is None
-    assert rig.key.retired_because == "key_blocked" and rig.key.limiter.state().closed
+    assert rig.key.retired_because is RetireReason.KEY_BLOCKED and rig.key.limiter.state().closed
     assert rig.retired == ["too many rate limit errors: blocked"]
     counts = rig.queues.counts()
     # r1 handed back (to another key, at no cost), r2 never taken
@@ -851,7 +852,7 @@ def test_a_nonce_mark_the_state_dir_refuses_stops_the_daemon_with_the_request_le
     rig.assert_clean()
     counts = rig.queues.counts()
     assert counts.dlq == 1 and counts.graveyard == 0 and request.failures == 0  # handed back at no cost
-    assert rig.stopped == ["an output file is not writable"] and rig.retired == []
+    assert rig.stopped == [StopReason.OUTPUT_FAILED] and rig.retired == []
 
 
 def test_a_slow_connect_lets_no_later_nonce_of_the_key_leave_first():

@@ -26,13 +26,12 @@ from .. import defaults
 from ..clock import Clock, monotonic
 from ..errors import ConfigError, StoreUnavailable
 from ..limits.host_state import KeyState
-from ..limits.keys import ApiKey, BaseKeyPool, shown_names
+from ..limits.keys import ApiKey, BaseKeyPool, RetireReason, shown_names
 from ..limits.limiter import ThreadSafeRateLimiter
 from ..limits.nonces import NonceGenerator
 from ..limits.timestamps import ServerTimestamps
 from ..limits.order_rule import OrderRule
 from ..limits.scopes import RuleScopes
-from ..policy.retry import STRIKE_BUDGET_SPENT
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import KeyNames, Keyspace
@@ -221,7 +220,7 @@ class LeasedKeyPool(BaseKeyPool):
         """Carry on the key's strikes from the store; True (and the key retired here) if they reached the budget."""
         if key.carry_strikes(grant.strikes) < self._strike_budget:
             return False
-        if key.retire(STRIKE_BUDGET_SPENT):
+        if key.retire(RetireReason.STRIKE_BUDGET_SPENT):
             log.error("%s: key %s retired (strike budget spent: %d rate-limit strikes from every member in every run, "
                       "one short of the server's block); left to the others, who retire it too", self.member,
                       key.name, key.lifetime_strikes)

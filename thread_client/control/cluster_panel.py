@@ -85,6 +85,14 @@ class ClusterPanel:
         log.warning("every key %s from the cluster console", "paused" if paused else "resumed")
         return paused and bool(ids)
 
+    def retire_key(self, key: str, last: bool) -> str | None:
+        raise Unsupported("the cluster console retires no key: a key is retired on the members that drive it (their "
+                          "own control API, or their keys file); pause it here to stop it on every member")
+
+    def unpark_key(self, key: str) -> str | None:
+        raise Unsupported("the cluster console un-parks no key: a member parks a key for its own run's strikes, and "
+                          "hands it to another, which starts with a fresh count of its own")
+
     def drain(self) -> None:
         raise Unsupported("the cluster console drains no member: send SIGTERM to a member to drain it (the others "
                           "take its keys and its work)")

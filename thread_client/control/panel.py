@@ -41,6 +41,10 @@ class Controlled(Protocol):
 
     def drain(self) -> None: ...
 
+    def retire_key(self, key: ApiKey, last: bool = False) -> None: ...
+
+    def unpark_key(self, key: ApiKey) -> None: ...
+
     def requeue(self, works: Sequence[Work], dead: Mapping[str, dict]) -> list[str]: ...
 
     def mark_under_way(self, items: Sequence[dict]) -> list[dict]: ...
@@ -103,7 +107,24 @@ class DaemonPanel:
         else:
             found.resume()
         log.warning("key %s %s from the control API", found.name, "paused" if paused else "resumed")
-        return next(status.condition.value for status in self._daemon.status(()).keys if status.id == found.id)
+        return self._state_of(found)
+
+    def retire_key(self, key: str, last: bool) -> str | None:
+        found = self._key(key)
+        if found is None:
+            return None
+        self._daemon.retire_key(found, last)
+        return self._state_of(found)
+
+    def unpark_key(self, key: str) -> str | None:
+        found = self._key(key)
+        if found is None:
+            return None
+        self._daemon.unpark_key(found)
+        return self._state_of(found)
+
+    def _state_of(self, key: ApiKey) -> str:
+        return next(status.condition.value for status in self._daemon.status(()).keys if status.id == key.id)
 
     def pause(self, paused: bool) -> bool:
         if paused:

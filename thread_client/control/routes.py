@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import RequeueRefused, StoreUnavailable
+from ..errors import KeyCommandRefused, RequeueRefused, StoreUnavailable
 from ..request import FinalOutcome
 from ..requeue import DOUBLE_RISK, REQUEUABLE, double_risk, outcomes
 from .dead import DEFAULT_LIMIT, Page
@@ -28,7 +28,7 @@ STATIC = Path(__file__).with_name("static")
 #: A command's body is small: ids of dead letters at most.
 MAX_BODY = 1 << 20
 
-_KEY_COMMAND = re.compile(r"/api/v1/keys/([^/]+)/(pause|resume)")
+_KEY_COMMAND = re.compile(r"/api/v1/keys/([^/]+)/(pause|resume|retire|unpark)")
 _STATIC_FILE = re.compile(r"/static/([A-Za-z0-9_-][A-Za-z0-9_.-]*)")
 
 
@@ -47,6 +47,14 @@ class Panel(Protocol):
 
     def pause_key(self, key: str, paused: bool) -> str | None:
         """Pause or resume the key whose short id is ``key``; its state then, None if there is no such key."""
+
+    def retire_key(self, key: str, last: bool) -> str | None:
+        """Retire the key whose short id is ``key`` for the rest of the run (``last``: even the last one that may
+        send, which stops the daemon); its state then, None if there is no such key (KeyCommandRefused: why not)."""
+
+    def unpark_key(self, key: str) -> str | None:
+        """Let the parked key whose short id is ``key`` send again, with a fresh strike budget for this run; its
+        state then, None if there is no such key (KeyCommandRefused: not parked, or its lifetime budget spent)."""
 
     def pause(self, paused: bool) -> bool:
         """Pause or resume the whole daemon; whether it is paused then."""
@@ -133,11 +141,25 @@ class Router:
             return self._posts[path](body)
         if (command := _KEY_COMMAND.fullmatch(path)) is not None:
             key, verb = command.groups()
-            state = self._panel.pause_key(key, verb == "pause")
+            try:
+                state = self._key_command(key, verb, body)
+            except KeyCommandRefused as exc:
+                raise _Refused(409, str(exc)) from None
             if state is None:
                 raise _Refused(404, f"no key {key}")
             return Reply.json({"key": key, "state": state})
         raise _Refused(405 if path in self._gets else 404, f"no POST {path}")
+
+    def _key_command(self, key: str, verb: str, body: bytes) -> str | None:
+        """The key's state after ``verb``; None if there is no such key."""
+        if verb == "retire":
+            last = _json_object(body).get("last", False)
+            if not isinstance(last, bool):
+                raise _Refused(400, '"last" must be true or false')
+            return self._panel.retire_key(key, last)
+        if verb == "unpark":
+            return self._panel.unpark_key(key)
+        return self._panel.pause_key(key, verb == "pause")
 
     def _authorize(self, authorization: str | None, method: str, path: str, client: str) -> None:
         """A POST carries ``Bearer <token>``; one that does not is refused (401) and logged, without what it gave."""

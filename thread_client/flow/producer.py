@@ -6,7 +6,7 @@ from typing import Callable
 
 from ..clock import Clock, monotonic
 from ..errors import StateNotWritten
-from ..exits import OUTPUT_FAILED
+from ..exits import StopReason
 from ..parts import RequestSource
 from ..request import FinalOutcome, InvalidInput, Request, UnknownFate, Work
 from ..selectable_event import SelectableEvent
@@ -32,7 +32,7 @@ class Producer(ManagedThread):
         stop: SelectableEvent,
         *,
         on_exhausted: Callable[[], None] = lambda: None,
-        on_stop: Callable[[str, str], None] = lambda reason, message: None,
+        on_stop: Callable[[StopReason, str], None] = lambda reason, message: None,
         clock: Clock = monotonic,
     ) -> None:
         super().__init__("producer")
@@ -47,7 +47,7 @@ class Producer(ManagedThread):
         try:
             ended = self._take_in()
         except StateNotWritten as exc:
-            self._on_stop(OUTPUT_FAILED, f"{exc}: no more input is read")
+            self._on_stop(StopReason.OUTPUT_FAILED, f"{exc}: no more input is read")
             ended = False
         if not ended:
             # Stopped: what the source read ahead and no next run can read again is taken in all the same,

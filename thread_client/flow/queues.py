@@ -22,6 +22,7 @@ from .closable import ClosablePriorityQueue
 from .delay_queue import DelayQueue
 from ..io.graveyard import Graveyard
 from ..parts import ResultSink
+from ..policy.answers import Outcome
 from ..request import FinalOutcome, Request
 
 __all__ = ["QueueCounts", "QueueManager"]
@@ -179,10 +180,10 @@ class QueueManager:
             self._in_flight -= 1
             self._count_finished()
 
-    def retry(self, request: Request, reason: str, delay: float, spend: bool = True) -> None:
-        """An in-flight attempt failed and is to be tried again: it waits ``delay`` seconds in the DLQ
-        (``spend``: the attempt counts against its retry budget)."""
-        request.note_failure(reason, spend)
+    def retry(self, request: Request, failure: Outcome, delay: float, spend: bool = True) -> None:
+        """An in-flight attempt failed (as ``failure``) and is to be tried again: it waits ``delay`` seconds in
+        the DLQ (``spend``: the attempt counts against its retry budget)."""
+        request.note_failure(failure, spend)
         self._dlq.put_at(request, self._clock() + delay)
         with self._lock:
             self._in_flight -= 1
@@ -202,9 +203,9 @@ class QueueManager:
             self._in_flight -= 1
             self._count_finished()
 
-    def bury(self, request: Request, outcome: FinalOutcome, detail: str = "", failure: str | None = None) -> None:
-        """An in-flight request ends in the graveyard with ``outcome``; ``failure`` names the attempt
-        that failed last, if the burial follows one. A durable record that cannot be written raises
+    def bury(self, request: Request, outcome: FinalOutcome, detail: str = "", failure: Outcome | None = None) -> None:
+        """An in-flight request ends in the graveyard with ``outcome``; ``failure`` is what the attempt that
+        failed last came to, if the burial follows one. A durable record that cannot be written raises
         OSError, as ``accept``, once the request is counted."""
         if failure is not None:
             request.note_failure(failure)

@@ -15,9 +15,9 @@ from ..errors import (
     AnswerTimedOut, ConnectFailed, EntryTakenOver, KeyNotHeld, KeyPaused, LimiterClosed, LimiterTimeout, QueueClosed,
     RequestNotBuilt, SendFenced, SendOvertaken, StateNotWritten, StaleConnection, StoreUnavailable, TransportError,
 )
-from ..exits import OUTPUT_FAILED
+from ..exits import StopReason
 from ..io.late_answers import LateAnswers
-from ..limits.keys import ApiKey
+from ..limits.keys import ApiKey, RetireReason
 from ..limits.limiter import Permit
 from ..limits.rate_limit_scope import RateLimitScope
 from ..parts import Answer, Journal, Transport
@@ -73,7 +73,7 @@ class Worker(ManagedThread):
         delivery: Delivery = AT_LEAST_ONCE,
         index: int = 0,
         on_key_retired: Callable[[ApiKey, str], None] = lambda key, detail: None,
-        on_stop: Callable[[str, str], None] = lambda reason, message: None,
+        on_stop: Callable[[StopReason, str], None] = lambda reason, message: None,
         on_ban: Callable[[float | None], float] = lambda retry_after: 0.0,
         rate_limited: RateLimitScope = RateLimitScope(),
         journal: Journal | None = None,
@@ -198,7 +198,8 @@ class Worker(ManagedThread):
     def _next_request(self) -> Request | None:
         """Block until this key can send and a request is there; None once there will be none: the key
         is retired (its limiter closed) or the daemon stops (the queues, the outage gate and the
-        limiter each wake their waiters at once). A key that cannot send (held, paused) takes no work meanwhile."""
+        limiter each wake their waiters at once). A key that cannot send (held, paused, parked) takes no work
+        meanwhile."""
         try:
             while not self._stopping.is_set():
                 if not self.key.may_send():  # a shared key this daemon does not hold now
@@ -281,7 +282,7 @@ class Worker(ManagedThread):
 
     def _retire_for_output(self, what: str, exc: Exception) -> None:
         """Something the key's next restart relies on could not be written: the key sends nothing more."""
-        if self.key.retire("output failed"):
+        if self.key.retire(RetireReason.OUTPUT_FAILED):
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             self._on_key_retired(self.key, f"{what} ({why}): no more sends on this key")
 
@@ -403,7 +404,7 @@ class Worker(ManagedThread):
             asked += 1
             try:
                 permit = limiter.acquire(resend_of=first, costs=self._costs)
-            except (LimiterClosed, SendOvertaken):
+            except (LimiterClosed, KeyPaused, SendOvertaken):  # retired, parked, stopped: no send may leave it
                 return Reading(Outcome.UNKNOWN, f"stopped before nonce {first.nonce} on {self.key.name} was settled")
             try:
                 reading, retry_after = self._exchange(permit, request)
@@ -429,7 +430,7 @@ class Worker(ManagedThread):
             if action.request is RequestStep.RETRY and action.spend:
                 spent += 1
             self._apply_to_key(reading, action, retry_after)
-            if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
+            if action.key is KeyStep.RETIRE or action.stop is not None or action.request is RequestStep.BURY:
                 return Reading(Outcome.UNKNOWN, f"{reading.detail or reading.outcome.value} before nonce "
                                                 f"{first.nonce} on {self.key.name} was settled")
 
@@ -522,7 +523,7 @@ class Worker(ManagedThread):
             else:
                 free += 1
             self._apply_to_key(reading, action, retry_after)
-            if action.key is KeyStep.RETIRE or action.stop or action.request is RequestStep.BURY:
+            if action.key is KeyStep.RETIRE or action.stop is not None or action.request is RequestStep.BURY:
                 return Finding.UNKNOWN, reading.detail or reading.outcome.value
 
     def _ask_status(self, request: Request) -> tuple[Finding, Reading, float | None]:
@@ -535,7 +536,7 @@ class Worker(ManagedThread):
         limiter = self.key.limiter
         try:
             permit = limiter.acquire(costs=self._status_costs, settling=True)
-        except (LimiterClosed, KeyNotHeld):
+        except (LimiterClosed, KeyNotHeld, KeyPaused):  # retired, parked, stopped, or the lease gone
             return Finding.UNKNOWN, Reading(Outcome.UNKNOWN, f"{self.key.name} stopped sending"), None
         status = self._status
         client_id = status.client_id(request)
@@ -582,7 +583,7 @@ class Worker(ManagedThread):
         try:
             permit = self.key.limiter.acquire(max(0.0, request.deadline - self._clock()), resend_of=first,
                                               costs=self._costs)
-        except (LimiterTimeout, LimiterClosed, SendOvertaken, KeyNotHeld):
+        except (LimiterTimeout, LimiterClosed, SendOvertaken, KeyNotHeld, KeyPaused):
             return _STALE, None
         try:
             reading, retry_after = self._exchange(permit, request)
@@ -648,7 +649,7 @@ class Worker(ManagedThread):
             self._hand_back(request)
         except StateNotWritten as exc:  # the state dir is failing: the request waits for the next run, at no cost
             self._hand_back(request)
-            self._on_stop(OUTPUT_FAILED, f"{self.key.name}: {exc}")
+            self._on_stop(StopReason.OUTPUT_FAILED, f"{self.key.name}: {exc}")
         return None
 
     def _costs_of(self, request: Request) -> tuple[int, ...] | None:
@@ -780,12 +781,12 @@ class Worker(ManagedThread):
         self._apply_to_key(reading, action, retry_after)
         outcome = reading.outcome
         if action.request is RequestStep.RETRY:
-            self._queues.retry(request, outcome.value, action.delay, spend=action.spend)
+            self._queues.retry(request, outcome, action.delay, spend=action.spend)
         elif action.request is RequestStep.HAND_BACK:
             self._queues.hand_back(request)
         else:
             self._holding = None
-            self._recording(self._queues.bury, request, action.final, action.reason, outcome.value)
+            self._recording(self._queues.bury, request, action.final, action.detail, outcome)
         self._holding = None
         if action.request is RequestStep.RETRY and action.spend:
             self._listener.retried()
@@ -808,8 +809,8 @@ class Worker(ManagedThread):
         elif action.key is KeyStep.RESYNC:
             gap = limiter.note_invalid_nonce()  # the order rule's bet lost: it costs the slot, nothing more
             log.debug("%s: 400 invalid nonce; order gap %.1f ms", self.key.name, 1000 * gap)
-        elif action.key is KeyStep.RETIRE and self.key.retire(action.reason):
+        elif action.key is KeyStep.RETIRE and self.key.retire(action.retire):
             self._on_key_retired(self.key, reading.detail)
-        if action.stop:
-            self._on_stop(action.reason, f"{self._transport.endpoint} answered {reading.detail}: "
-                                         "the endpoint is wrong (check --url)")
+        if action.stop is not None:
+            self._on_stop(action.stop, f"{self._transport.endpoint} answered {reading.detail}: "
+                                       "the endpoint is wrong (check --url)")

@@ -45,7 +45,7 @@ class Graveyard(JsonLinesOutput):
                 "reason": outcome.reason(detail),
                 "attempts": request.attempts,
                 "ambiguous_attempts": request.ambiguous,
-                "last_failure": request.last_failure,
+                "last_failure": None if request.last_failure is None else request.last_failure.value,
                 "created": round(request.created_wall, 6),
                 "buried": round(time.time(), 6),
             })

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import enum
 import hashlib
 import logging
 import math
@@ -19,7 +20,7 @@ from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
 from .scopes import RuleScopes
 
-__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "key_id", "mask", "shown_names"]
+__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "RetireReason", "key_id", "mask", "shown_names"]
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,28 @@ def shown_names(secrets: Iterable[str]) -> dict[str, str]:
             for secret in secrets}
 
 
+class RetireReason(enum.Enum):
+    """Why a key sends nothing more, in the words records and the summary show it by. Every reason is final but
+    ``PARKED``: the client's own stop of the key for this run's strikes, which the operator may lift (``unpark``)."""
+
+    PARKED = "parked"  # too many strikes this run (``RetryPolicy.parks``)
+    STRIKE_BUDGET_SPENT = "strike budget spent"  # too many strikes in all runs: one more could block it for good
+    KEY_BLOCKED = "key_blocked"  # the server blocked it
+    INVALID_KEY = "invalid_key"  # the server does not know it (401)
+    FORBIDDEN = "forbidden"  # the server refuses it (403)
+    OUTPUT_FAILED = "output failed"  # what a restart would need of its sends could not be written down
+    OPERATOR = "retired by the operator"  # from the control API
+
+    @property
+    def final(self) -> bool:
+        return self is not RetireReason.PARKED
+
+
 class ApiKey:
-    """Shared by the worker threads of one key. Retiring is final and closes the limiter,
-    which wakes every worker waiting on it; a pause is not (``pause``, ``resume``). ``id`` identifies the key; ``name`` shows it;
-    ``account``: the keys file's account of it ("": none, it is its own)."""
+    """Shared by the worker threads of one key. Retiring is final and closes the limiter, which wakes every
+    worker waiting on it; parking pauses it (``PausedBy.PARKED``: nothing at all leaves it) until ``unpark``,
+    and the operator's ``pause`` until ``resume``. ``id`` identifies the key; ``name`` shows it; ``account``: the
+    keys file's account of it ("": none, it is its own)."""
 
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
@@ -69,9 +88,10 @@ class ApiKey:
         # the bytes of its send left): the key's other threads are in an exchange or parked on it, woken one at
         # a time, and the key's nonces leave in the order they were drawn.
         self.turn = threading.Lock()
-        # Guards _retired_because, the strike counts and _watched; a key is retired at most once.
+        # Guards _retired_because (and the limiter's pause or close that goes with it), the strike counts and
+        # _watched; a key is retired for good at most once, parked while it is not.
         self._lock = threading.Lock()
-        self._retired_because: str | None = None
+        self._retired_because: RetireReason | None = None
         self._strikes = 0
         self._lifetime_strikes = strikes_before  # this run's and every earlier run's (the server forgets none)
         # Called once per strike with the lifetime count after it, before the strike is acted on (it is durable
@@ -84,11 +104,12 @@ class ApiKey:
         self._watched: collections.Counter[float] = collections.Counter()
 
     def __repr__(self) -> str:
-        state = f"retired ({self._retired_because})" if self._retired_because else "active"
+        state = f"retired ({self._retired_because.value})" if self._retired_because else "active"
         return f"<ApiKey {self.name} {state}>"
 
     @property
-    def retired_because(self) -> str | None:
+    def retired_because(self) -> RetireReason | None:
+        """Why the key sends nothing more (``PARKED`` until un-parked); None while it may send."""
         return self._retired_because
 
     @property
@@ -161,13 +182,30 @@ class ApiKey:
         """Lift the operator's pause. Idempotent; a retired key stays retired."""
         self.limiter.resume(PausedBy.OPERATOR)
 
-    def retire(self, reason: str) -> bool:
-        """Stop using this key for good; True for the call that retired it."""
+    def retire(self, reason: RetireReason) -> bool:
+        """Stop using this key: for good (its limiter closed), or parked (``RetireReason.PARKED``: its limiter
+        paused, what it has in flight finishes). True for the call that retired it; a parked key may still be
+        retired for good, nothing else changes a retirement."""
         with self._lock:
-            if self._retired_because is not None:
+            if self._retired_because is not None and (self._retired_because.final or not reason.final):
                 return False
             self._retired_because = reason
-        self.limiter.close()
+            if reason.final:
+                self.limiter.close()
+            else:
+                self.limiter.pause(PausedBy.PARKED)
+        return True
+
+    def unpark(self) -> bool:
+        """Send again after a park, with a fresh strike budget for this run (the lifetime count stays, and so
+        does the hold its last strike set: nothing is sent into the window that strike came from). True if the
+        key was parked; whether its lifetime count allows it is the caller's to decide first (``RetryPolicy``)."""
+        with self._lock:
+            if self._retired_because is not RetireReason.PARKED:
+                return False
+            self._retired_because = None
+            self._strikes = 0
+            self.limiter.resume(PausedBy.PARKED)
         return True
 
 
@@ -190,8 +228,8 @@ class BaseKeyPool:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def retired(self) -> dict[str, str]:
-        """Masked name -> reason, for every retired key."""
+    def retired(self) -> dict[str, RetireReason]:
+        """Masked name -> reason, for every retired (or parked) key."""
         return {key.name: key.retired_because for key in self._keys if key.retired_because is not None}
 
     @property

@@ -57,6 +57,11 @@ class PausedBy(enum.Enum):
 
     OPERATOR = "operator"  # this key, from the control API
     DAEMON = "daemon"  # every key: the daemon takes no work
+    PARKED = "parked"  # this key, for its strikes (``ApiKey.retire``, until ``unpark``): not even a send in doubt
+
+
+#: The pauses that still let a send in doubt be settled (a resend of its nonce, a status ask).
+_SETTLING_PASSES = frozenset({PausedBy.OPERATOR, PausedBy.DAEMON})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +283,9 @@ class ThreadSafeRateLimiter:
         send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
         ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
         is or gets closed; KeyPaused, at once, for a fresh send while the key is paused. A resend, or a fresh send
-        that is ``settling`` one already out (a status ask), is let through a pause: a pause stops new work, never
-        the settling of a send that left before it. A fresh nonce's block is reserved first, without the lock (a
+        that is ``settling`` one already out (a status ask), is let through the operator's or the daemon's pause
+        (they stop new work, never the settling of a send that left before it), not through a park: nothing at all
+        leaves a parked key. A fresh nonce's block is reserved first, without the lock (a
         durable mark, a store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
         deadline = math.inf if timeout is None else self._clock() + timeout
@@ -292,7 +298,8 @@ class ThreadSafeRateLimiter:
                 while True:
                     if self._closed:
                         raise LimiterClosed(self.name)
-                    if self._paused_by and resend_of is None and not settling:
+                    if self._paused_by and (resend_of is None and not settling
+                                            or not self._paused_by <= _SETTLING_PASSES):
                         raise KeyPaused(self.name)
                     with self._shared_locked():
                         delay = self._delay_until_free(now, costs, resend_of is not None)
@@ -441,8 +448,8 @@ class ThreadSafeRateLimiter:
             return frozenset(self._paused_by)
 
     def pause(self, by: PausedBy) -> None:
-        """Give out no fresh permit until ``resume(by)``: the key's workers take no work meanwhile, and one that
-        holds a request hands it back (KeyPaused); what is in flight finishes. Idempotent."""
+        """Give out no fresh permit until ``resume(by)`` (a parked key none at all): the key's workers take no work
+        meanwhile, and one that holds a request hands it back (KeyPaused); what is in flight finishes. Idempotent."""
         with self._changed:
             self._paused_by.add(by)
 

@@ -47,7 +47,7 @@ class MetricsSnapshot:
     late_answer_max_wait: float  # the longest such sign came this many seconds after its timeout
     late_answer_caps: int  # sends that timed out and showed nothing within the cap (their slot held that long)
     unmatched: dict[int, int]  # answers no rule of the profile read, by status
-    outcomes: dict[str, int]
+    outcomes: dict[str, int]  # by the outcome's name (``Outcome.value``), as the summary and the console show them
     per_key: dict[str, dict[str, int]]
     end_to_end: LatencySummary
     attempt: LatencySummary
@@ -71,8 +71,8 @@ class Metrics(Listener):
         self._started = clock()
         # Guards every field below; held for a few increments at a time.
         self._lock = threading.Lock()
-        self._per_key: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-        self._outcomes: collections.Counter[str] = collections.Counter()
+        self._per_key: dict[str, collections.Counter[Outcome]] = collections.defaultdict(collections.Counter)
+        self._outcomes: collections.Counter[Outcome] = collections.Counter()
         self._retried = 0
         self._stale_connections = 0
         self._late_answers = 0
@@ -85,12 +85,12 @@ class Metrics(Listener):
 
     def __repr__(self) -> str:
         with self._lock:
-            return f"<Metrics outcomes={dict(self._outcomes)} retried={self._retried}>"
+            return f"<Metrics outcomes={_named(self._outcomes)} retried={self._retried}>"
 
     def attempted(self, key: str, outcome: Outcome, round_trip: float | None = None) -> None:
         with self._lock:
-            self._outcomes[outcome.value] += 1
-            self._per_key[key][outcome.value] += 1
+            self._outcomes[outcome] += 1
+            self._per_key[key][outcome] += 1
             if round_trip is not None:
                 self._attempt.record(round_trip)
 
@@ -131,24 +131,29 @@ class Metrics(Listener):
     def snapshot(self) -> MetricsSnapshot:
         now = self._clock()
         with self._lock:
-            outcomes = dict(self._outcomes)
-            accepted = outcomes.get(Outcome.ACCEPTED.value, 0)
+            outcomes = self._outcomes
+            accepted = outcomes[Outcome.ACCEPTED]
             return MetricsSnapshot(
                 elapsed=now - self._started,
                 accepted=accepted,
                 # Expiry is no failed attempt (nothing was sent): counted apart, in ``expired``.
-                failed=sum(outcomes.values()) - accepted - outcomes.get(Outcome.EXPIRED.value, 0),
+                failed=outcomes.total() - accepted - outcomes[Outcome.EXPIRED],
                 retried=self._retried,
-                expired=outcomes.get(Outcome.EXPIRED.value, 0),
-                ambiguous=sum(n for name, n in outcomes.items() if Outcome(name).ambiguous),
+                expired=outcomes[Outcome.EXPIRED],
+                ambiguous=sum(n for outcome, n in outcomes.items() if outcome.ambiguous),
                 stale_connections=self._stale_connections,
                 late_answers=self._late_answers,
                 late_answer_max_wait=self._late_answer_max_wait,
                 late_answer_caps=self._late_answer_caps,
                 unmatched=dict(self._unmatched),
-                outcomes=outcomes,
-                per_key={key: dict(counts) for key, counts in self._per_key.items()},
+                outcomes=_named(outcomes),
+                per_key={key: _named(counts) for key, counts in self._per_key.items()},
                 end_to_end=LatencySummary.of(self._end_to_end),
                 attempt=LatencySummary.of(self._attempt),
                 last_accepted_ago=None if self._last_accepted_at is None else now - self._last_accepted_at,
             )
+
+
+def _named(counts: collections.Counter[Outcome]) -> dict[str, int]:
+    """Counts by outcome as the snapshot keeps them: by the outcome's name."""
+    return {outcome.value: n for outcome, n in counts.items()}

@@ -8,13 +8,10 @@ from typing import Callable, Mapping, Sequence
 
 from ..flow.outage import OutageState
 from ..flow.queues import QueueCounts
-from ..policy.retry import PARKED, STRIKE_BUDGET_SPENT
+from ..limits.keys import RetireReason
 from .metrics import MetricsSnapshot
 
 __all__ = ["DaemonStatus", "KeyCondition", "KeyStatus", "StatusReader"]
-
-#: The retirements the client chose itself (``RetryPolicy.parks``); any other means the key is blocked.
-_PARKED_BECAUSE = frozenset({PARKED, STRIKE_BUDGET_SPENT})
 
 
 class KeyCondition(enum.Enum):
@@ -23,18 +20,19 @@ class KeyCondition(enum.Enum):
     SENDING = "sending"  # free to send as its limits allow
     PAUSED = "paused"  # paused by the operator: finishes what is in flight, sends nothing more until resumed
     HELD = "held"  # waiting out a hold (a Retry-After, a strike, the start-up window)
-    PARKED = "parked"  # retired by the client for its strikes
+    PARKED = "parked"  # retired by the client for its strikes (this run's: until the operator un-parks it)
     BLOCKED = "blocked"  # retired for any other reason (the server blocked or refused it)
+    RETIRED = "retired"  # retired by the operator, for the rest of the run
     BANNED = "banned"  # the whole host is banned: no key sends until the ban ends
     NOT_OWNED = "not owned"  # a shared key whose lease another member holds now (cluster mode)
 
     @classmethod
-    def of(cls, retired_because: str | None, held: bool, banned: bool, *, paused: bool = False,
+    def of(cls, retired_because: RetireReason | None, held: bool, banned: bool, *, paused: bool = False,
            owned: bool = True) -> "KeyCondition":
-        """A key's condition: a retirement first (it is final), then whose it is, the operator's pause, the host's
-        ban, and its own hold."""
+        """A key's condition: a retirement first, then whose it is, the operator's pause, the host's ban, and its
+        own hold."""
         if retired_because is not None:
-            return cls.PARKED if retired_because in _PARKED_BECAUSE else cls.BLOCKED
+            return _RETIRED_AS.get(retired_because, cls.BLOCKED)
         if not owned:
             return cls.NOT_OWNED
         if paused:
@@ -42,6 +40,11 @@ class KeyCondition(enum.Enum):
         if banned:
             return cls.BANNED
         return cls.HELD if held else cls.SENDING
+
+
+#: The retirements that are no block: the client's own for the key's strikes, and the operator's.
+_RETIRED_AS = {RetireReason.PARKED: KeyCondition.PARKED, RetireReason.STRIKE_BUDGET_SPENT: KeyCondition.PARKED,
+               RetireReason.OPERATOR: KeyCondition.RETIRED}
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..exits import NEVER_REACHED, exit_code_for
+from ..exits import StopReason
 from .metrics import MetricsSnapshot
+from ..limits.keys import RetireReason
 from ..policy.answers import Outcome
 from ..flow.queues import QueueCounts
 
@@ -19,8 +20,8 @@ class Summary:
     counts: QueueCounts
     metrics: MetricsSnapshot
     duration_s: float
-    stop_reason: str
-    retired_keys: dict[str, str]
+    stop_reason: StopReason
+    retired_keys: dict[str, RetireReason]
     reached_exchange: bool
     graveyard_by_outcome: dict[str, int]
     threads_died: list[str]
@@ -32,8 +33,8 @@ class Summary:
         if not self.counts.balanced or self.threads_died or self.threads_alive:
             return 1
         if not self.reached_exchange and self.metrics.outcomes:
-            return exit_code_for(NEVER_REACHED)
-        return exit_code_for(self.stop_reason)
+            return StopReason.NEVER_REACHED.exit_code
+        return self.stop_reason.exit_code
 
     def as_dict(self) -> dict:
         outcomes = self.metrics.outcomes
@@ -52,7 +53,7 @@ class Summary:
             "rate_limited": outcomes.get(Outcome.RATE_LIMITED.value, 0),
             "invalid_nonce": outcomes.get(Outcome.INVALID_NONCE.value, 0),
             "blocked_keys": sorted(self.retired_keys),
-            "retired_keys": self.retired_keys,
+            "retired_keys": {name: why.value for name, why in self.retired_keys.items()},
             "duration_s": round(self.duration_s, 3),
             "accepted_per_s": round(self.counts.accepted / self.duration_s, 3) if self.duration_s > 0 else 0.0,
             "latency_ms": self.metrics.end_to_end.as_dict(),
@@ -60,7 +61,7 @@ class Summary:
             "outcomes": outcomes,
             "per_key": self.metrics.per_key,
             "graveyard_by_outcome": self.graveyard_by_outcome,
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_reason.value,
             "reached_exchange": self.reached_exchange,
             "threads_died": self.threads_died,
             "threads_alive": self.threads_alive,
@@ -74,7 +75,7 @@ class Summary:
         data = self.as_dict()
         latency = data["latency_ms"]
         lines = [
-            f"summary ({self.stop_reason}) after {data['duration_s']:.1f} s: "
+            f"summary ({self.stop_reason.value}) after {data['duration_s']:.1f} s: "
             f"accepted {self.counts.accepted} ({data['accepted_per_s']:.1f}/s)",
             f"  {self.counts.identity()}",
             f"  retries {data['retries']}  expired {data['expired']}  rate limited {data['rate_limited']}"
@@ -92,9 +93,10 @@ class Summary:
             lines.append(f"  banned answers {data['banned']}  answers no profile rule read (by status): "
                          f"{_in_words(data['unmatched_answers'])}")
         if self.retired_keys:
-            lines.append("  retired keys: " + ", ".join(f"{k} ({why})" for k, why in sorted(self.retired_keys.items())))
+            retired = sorted(data["retired_keys"].items())
+            lines.append("  retired keys: " + ", ".join(f"{name} ({why})" for name, why in retired))
         if not self.reached_exchange and self.metrics.outcomes:
-            lines.append(f"  {NEVER_REACHED}: no answer came from it at all")
+            lines.append(f"  {StopReason.NEVER_REACHED.value}: no answer came from it at all")
         if self.threads_died or self.threads_alive:
             lines.append(f"  threads died: {self.threads_died}  threads still alive: {self.threads_alive}")
         return "\n".join(lines)

@@ -47,10 +47,6 @@ class Outcome(enum.Enum):
     DUPLICATE = "duplicate"  # the exchange says this client id was seen (Binance's -2010): the first copy exists
 
     @property
-    def retires_key(self) -> bool:
-        return self in (Outcome.KEY_BLOCKED, Outcome.INVALID_KEY, Outcome.FORBIDDEN)
-
-    @property
     def ambiguous(self) -> bool:
         """The exchange may have accepted the request although no definite answer said so."""
         return self in (Outcome.BAD_ANSWER, Outcome.TIMEOUT, Outcome.CONNECTION_RESET, Outcome.AMBIGUOUS)

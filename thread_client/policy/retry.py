@@ -13,14 +13,12 @@ import random
 from dataclasses import dataclass, field
 
 from .. import defaults
-from ..exits import ENDPOINT_NOT_FOUND
+from ..exits import StopReason
+from ..limits.keys import RetireReason
 from ..request import FinalOutcome
 from .answers import Outcome
 
-__all__ = ["PARKED", "STRIKE_BUDGET_SPENT", "Action", "KeyStep", "RequestStep", "RetryPolicy"]
-
-#: Why the client retired a key itself (``RetryPolicy.parks``): its strikes this run, or in every run.
-PARKED, STRIKE_BUDGET_SPENT = "parked", "strike budget spent"
+__all__ = ["Action", "KeyStep", "RequestStep", "RetryPolicy"]
 
 
 class RequestStep(enum.Enum):
@@ -29,7 +27,7 @@ class RequestStep(enum.Enum):
     ACCEPT = "accept"  # its journey ends: accepted
     RETRY = "retry"  # back through the DLQ after ``Action.delay``; spends a retry if ``Action.spend``
     HAND_BACK = "hand back"  # back to the queue at once, at no cost (another key takes it)
-    BURY = "bury"  # final: the graveyard, as ``Action.final``, with ``Action.reason`` as its detail
+    BURY = "bury"  # final: the graveyard, as ``Action.final``, with ``Action.detail`` as its detail
 
 
 class KeyStep(enum.Enum):
@@ -39,27 +37,31 @@ class KeyStep(enum.Enum):
     RESYNC = "resync"  # invalid nonce: widen the order rule, push the nonces ahead
     HOLD = "hold"  # an unexplained 429 (a strike): hold the key back a window, or ``key_delay`` if longer
     PAUSE = "pause"  # the server asked for a pause (Retry-After): no send on the key for ``key_delay``
-    RETIRE = "retire"  # the key is done for good (``Action.reason`` says why)
+    RETIRE = "retire"  # the key is done for good (``Action.retire`` says why)
     BAN = "ban"  # the host is banned: every key waits it out (``key_delay``: the server's Retry-After, or 0)
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """``stop`` asks the daemon to stop (the endpoint is wrong); ``final`` is the outcome a burial
-    records; ``reason`` is the words for the record's detail, the log or the stop."""
+    """``final`` is the outcome a burial records, ``detail`` the words of its record (the server's, or the
+    outcome's name); ``retire`` why a retired key sends nothing more; ``stop`` why the daemon must stop (the
+    endpoint is wrong)."""
 
     request: RequestStep
     key: KeyStep = KeyStep.KEEP
     final: FinalOutcome | None = None
     delay: float = 0.0
-    reason: str = ""
+    detail: str = ""
     key_delay: float = 0.0
     spend: bool = True
-    stop: bool = False
+    retire: RetireReason | None = None
+    stop: StopReason | None = None
 
     def __post_init__(self) -> None:
         if (self.request is RequestStep.BURY) != (self.final is not None):
             raise ValueError("a burial, and only a burial, names its final outcome")
+        if (self.key is KeyStep.RETIRE) != (self.retire is not None):
+            raise ValueError("a retirement, and only a retirement, names its reason")
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,12 @@ class RetryPolicy:
         if not 1 <= self.max_strikes <= self.strike_budget:
             raise ValueError(f"need 1 <= max_strikes <= strike_budget, got {self.max_strikes} and {self.strike_budget}")
 
-    def parks(self, strikes: int, lifetime_strikes: int = 0) -> str | None:
+    def parks(self, strikes: int, lifetime_strikes: int = 0) -> RetireReason | None:
         """Why a key with these strikes (this run, all runs) must not send again: ``parked`` for the
         rest of this run, ``strike budget spent`` for good; None while it may."""
         if lifetime_strikes >= self.strike_budget:
-            return STRIKE_BUDGET_SPENT
-        return PARKED if strikes >= self.max_strikes else None
+            return RetireReason.STRIKE_BUDGET_SPENT
+        return RetireReason.PARKED if strikes >= self.max_strikes else None
 
     def backoff(self, failures: int) -> float:
         """Seconds before the next attempt of a request that has failed ``failures`` times."""
@@ -127,39 +129,42 @@ class RetryPolicy:
         """
         if outcome is Outcome.ACCEPTED:
             return Action(RequestStep.ACCEPT)
-        if outcome.retires_key:
-            return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, reason=outcome.value)
+        if (retire := _RETIRES_KEY.get(outcome)) is not None:
+            return Action(RequestStep.HAND_BACK, KeyStep.RETIRE, retire=retire)
         if outcome is Outcome.BANNED:  # nobody on this host may send: the request waits in the queue for free
-            return Action(RequestStep.HAND_BACK, KeyStep.BAN, reason=outcome.value, key_delay=retry_after or 0.0)
+            return Action(RequestStep.HAND_BACK, KeyStep.BAN, key_delay=retry_after or 0.0)
         if outcome is Outcome.ENDPOINT_NOT_FOUND:
-            return Action(RequestStep.HAND_BACK, reason=ENDPOINT_NOT_FOUND, stop=True)
+            return Action(RequestStep.HAND_BACK, stop=StopReason.ENDPOINT_NOT_FOUND)
         if outcome is Outcome.UNKNOWN:
-            return Action(RequestStep.BURY, final=FinalOutcome.UNKNOWN, reason=detail)
+            return Action(RequestStep.BURY, final=FinalOutcome.UNKNOWN, detail=detail)
         if outcome is Outcome.REJECTED:
-            return Action(RequestStep.BURY, final=FinalOutcome.REJECTED, reason=detail)
+            return Action(RequestStep.BURY, final=FinalOutcome.REJECTED, detail=detail)
         if outcome is Outcome.DUPLICATE:  # the first copy exists: sending it again can only be refused, or double it
-            return Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, reason=detail)
+            return Action(RequestStep.BURY, final=FinalOutcome.DUPLICATE, detail=detail)
         if outcome is Outcome.UNREACHABLE or (during_outage and outcome in _NO_ANSWER):
             # Nothing was sent, or nobody answers anyone: no retry spent, but no spinning either.
-            return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), reason=outcome.value, spend=False)
+            return Action(RequestStep.RETRY, delay=self.backoff(unsent + 1), spend=False)
         if outcome is Outcome.EXPIRED:  # never sent, only waited its TTL out: back at once, renewed, for free
-            return Action(RequestStep.RETRY, reason=outcome.value, spend=False)
+            return Action(RequestStep.RETRY, spend=False)
         key = _KEY_STEPS.get(outcome, KeyStep.KEEP)
         if outcome is Outcome.INVALID_NONCE and unsent < _FREE_INVALID_NONCES:
             # The order rule's bet lost (a later send overtook it): not the request's fault, and the
             # slot is spent already. At once, for free; past a few dozen in a row (the skip-ahead has
             # then run an hour ahead) something else is wrong, and the retries count again.
-            return Action(RequestStep.RETRY, key, reason=outcome.value, spend=False)
+            return Action(RequestStep.RETRY, key, spend=False)
         if retry_after is not None and outcome in (Outcome.RATE_LIMITED, Outcome.UNAVAILABLE):
             # The server named its pause: the key waits it out, the request goes to another key for free.
             pause = min(retry_after, self.max_retry_after)
             key = KeyStep.HOLD if outcome is Outcome.RATE_LIMITED else KeyStep.PAUSE
-            return Action(RequestStep.HAND_BACK, key, reason=outcome.value, key_delay=pause)
-        if failures + 1 > self.max_retries:
-            return Action(RequestStep.BURY, key, final=FinalOutcome.RETRIES_EXHAUSTED, reason=outcome.value)
-        return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1), reason=outcome.value)
+            return Action(RequestStep.HAND_BACK, key, key_delay=pause)
+        if failures + 1 > self.max_retries:  # the record says what the last attempt came to: retries exhausted: timeout
+            return Action(RequestStep.BURY, key, final=FinalOutcome.RETRIES_EXHAUSTED, detail=outcome.value)
+        return Action(RequestStep.RETRY, key, delay=self.backoff(failures + 1))
 
 
 _NO_ANSWER = (Outcome.TIMEOUT, Outcome.CONNECTION_RESET)
 _FREE_INVALID_NONCES = 24
 _KEY_STEPS = {Outcome.RATE_LIMITED: KeyStep.HOLD, Outcome.INVALID_NONCE: KeyStep.RESYNC}
+#: The answers that retire the key that read them, each as the reason it is retired for.
+_RETIRES_KEY = {Outcome.KEY_BLOCKED: RetireReason.KEY_BLOCKED, Outcome.INVALID_KEY: RetireReason.INVALID_KEY,
+                Outcome.FORBIDDEN: RetireReason.FORBIDDEN}

@@ -99,7 +99,10 @@
     );
     row.cells[0].scope = "row";
     const actions = document.createElement("td");
-    actions.append(button("Pause", "pause", {keyId: key.id}), button("Resume", "resume", {keyId: key.id}));
+    const retire = button("Retire…", "retire", {keyId: key.id});
+    retire.className = "danger";
+    actions.append(button("Pause", "pause", {keyId: key.id}), button("Resume", "resume", {keyId: key.id}),
+      button("Un-park", "unpark", {keyId: key.id}), retire);
     row.append(actions);
     return row;
   }
@@ -109,6 +112,9 @@
     if (key.fence === undefined) return key.owner ? `${key.state} (${key.owner})` : key.state;
     return key.owner ? `${key.state} (${key.owner}, fence ${key.fence})` : `${key.state} (fence ${key.fence})`;
   }
+
+  // The states of a key that sends nothing more this run (a parked one may be un-parked).
+  const OUT_OF_SERVICE = new Set(["parked", "blocked", "retired"]);
 
   function showKeys(keys) {
     const tbody = $("#keys tbody");
@@ -128,8 +134,11 @@
       setField(row, "accepted_per_s", key.accepted_per_s.toFixed(1));
       setField(row, "strikes", String(key.strikes));
       setField(row, "budget", budget(key.budget));
-      $('[data-action="pause"]', row).disabled = key.state === "paused";
+      $('[data-action="pause"]', row).disabled = key.state === "paused" || OUT_OF_SERVICE.has(key.state);
       $('[data-action="resume"]', row).disabled = key.state !== "paused";
+      $('[data-action="unpark"]', row).hidden = key.state !== "parked";
+      $('[data-action="retire"]', row).disabled = key.state === "blocked" || key.state === "retired";
+      $('[data-action="retire"]', row).hidden = key.fence !== undefined; // a group's key is retired on its members
     }
     for (const [id, row] of keyRows) {
       if (!seen.has(id)) {
@@ -407,6 +416,21 @@
       (result) => `Key ${result.key}: ${result.state}.`),
     "resume": (target) => command(`api/v1/keys/${encodeURIComponent(target.dataset.keyId)}/resume`, null,
       (result) => `Key ${result.key}: ${result.state}.`),
+    "unpark": (target) => command(`api/v1/keys/${encodeURIComponent(target.dataset.keyId)}/unpark`, null,
+      (result) => `Key ${result.key}: ${result.state}, with a fresh strike budget for this run.`),
+    // The last key that may send is retired only when the operator says so: the daemon then stops (exit code 3).
+    "retire": (target) => {
+      const id = target.dataset.keyId;
+      const sending = [...keyRows.values()].filter((row) => !OUT_OF_SERVICE.has(row.dataset.state));
+      const last = sending.length === 1 && sending[0].dataset.keyId === id;
+      const question = last
+        ? `Key ${id} is the last key that may send: retiring it stops the daemon (exit code 3). Retire it?`
+        : `Retire key ${id} for the rest of this run? It finishes what it has in flight; the other keys take ` +
+          "its work. Only a restart brings it back.";
+      if (!window.confirm(question)) return;
+      command(`api/v1/keys/${encodeURIComponent(id)}/retire`, {last},
+        (result) => `Key ${result.key}: ${result.state}.`);
+    },
     "pause-daemon": () => command("api/v1/pause", null, () => "The daemon takes no more work (in flight finishes)."),
     "resume-daemon": () => command("api/v1/resume", null, () => "The daemon takes work again."),
     "drain": () => $("#drain-dialog").showModal(),
@@ -471,8 +495,8 @@
   });
 
   if (!sessionStorage.getItem(TOKEN_ITEM)) {
-    askToken("Pausing, resuming, requeueing and draining need the control token: the daemon printed the path of " +
-      "its token file at start-up (--control-token-file).");
+    askToken("Pausing, resuming, retiring, requeueing and draining need the control token: the daemon printed the " +
+      "path of its token file at start-up (--control-token-file).");
   }
   poll(loadStatus, STATUS_EVERY_MS);
   poll(refreshDead, DEAD_EVERY_MS, true);
