@@ -549,17 +549,19 @@ class Worker(ManagedThread):
             limiter.cancel(permit)
             self._outage.failed(exc.detail)
             return Finding.UNKNOWN, Reading(Outcome.UNREACHABLE, exc.detail), None
-        except AnswerTimedOut as exc:
-            self._wait_for_late_answer(permit, "", exc.connection)
-            self._outage.failed("timeouts")
-            return Finding.UNKNOWN, Reading(Outcome.TIMEOUT, exc.detail), None
-        except TransportError as exc:
+        except BaseException as exc:
+            # No answer: an ask is never settled (a late copy of it can only be refused), so the key's next send
+            # does not wait on it. With one send in flight, the order gate would otherwise never open again.
+            limiter.give_up_order(permit)
+            if isinstance(exc, AnswerTimedOut):
+                self._wait_for_late_answer(permit, "", exc.connection)
+                self._outage.failed("timeouts")
+                return Finding.UNKNOWN, Reading(Outcome.TIMEOUT, exc.detail), None
             limiter.release(permit, answered_at=None)
+            if not isinstance(exc, TransportError):
+                raise
             self._outage.failed("connections reset")
             return Finding.UNKNOWN, Reading(Outcome.CONNECTION_RESET, exc.detail), None
-        except BaseException:
-            limiter.release(permit, answered_at=None)
-            raise
         self._outage.answered()
         finding = Finding.UNKNOWN
         try:
