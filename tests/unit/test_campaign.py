@@ -29,6 +29,7 @@ def test_the_seeds_cover_every_topology_delivery_source_and_fault_kind():
     assert {(s.topology, s.source) for s in settings} == {
         ("single", "file"), ("single", "pipe"), ("single", "generate"), ("cluster", "stream")}
     assert {s.delivery for s in settings} == {"at-least-once", "exactly-once"}
+    assert {s.profile for s in settings} == {"reference", "signed-post-json", "reference-orders"}
     assert {fault.kind for s in settings for fault in draw_timeline(s)} == set(FAULTS)
     for setting in settings:
         for fault in draw_timeline(setting):

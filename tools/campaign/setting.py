@@ -50,8 +50,10 @@ class Setting:
     odd_lines: int
     #: A single daemon's results file and state dir are on a small filesystem of their own that a fault fills.
     small_disk: bool
-    #: "reference" (the contract), or "signed-post-json" (a signed JSON body and a millisecond timestamp in
-    #: headers, against the reference server's matching modes; at-least-once: a timestamp proves no fate).
+    #: "reference" (the contract); "signed-post-json" (a signed JSON body and a millisecond timestamp in
+    #: headers, against the reference server's matching modes; at-least-once: a timestamp proves no fate); or
+    #: "reference-orders" (each request an order under its client id, some answered "execution unknown", late
+    #: or "duplicate", settled by asking the server's status endpoint, whose answers are lost, late or lagging).
     profile: str
 
     def secret(self, index: int) -> str:
@@ -87,6 +89,9 @@ def draw_setting(seed: int, seconds: float) -> Setting:
     odd = rng.choice((0, 0, 3, len(ODD_LINES))) if source != "generate" else 0
     small_disk = topology == "single" and rng.random() < 0.3
     profile = rng.choice(("reference", "reference", "signed-post-json")) if delivery == "at-least-once" else "reference"
+    # Drawn apart (every earlier choice of a seed stays as it was when orders came in).
+    if profile == "reference" and random.Random(seed + 5).random() < 0.4:
+        profile = "reference-orders"
     return Setting(seed, seconds, topology, members, delivery, source, results, threads_per_key, max_latency_ms, fail_rate,
                    drop_rate, idle_timeout, tls, requests, odd, small_disk, profile)
 
