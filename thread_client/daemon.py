@@ -410,17 +410,10 @@ class Daemon:
     def status(self, latency_bounds: Sequence[float]) -> DaemonStatus:
         """A snapshot for readers such as the Prometheus collector; safe from any thread."""
         banned = self.ban.active
-        keys = []
-        for key in self.keys:
-            limiter = key.limiter.state()
-            condition = KeyCondition.of(key.retired_because, limiter.held, banned, owned=key.may_send(),
-                                        paused=PausedBy.OPERATOR in limiter.paused_by)
-            keys.append(KeyStatus(key.name, limiter.window, limiter.order_latency, condition, key.strikes,
-                                  limiter.remaining, id=key.id, held_for=limiter.held_for))
         return DaemonStatus(
             counts=self.queues.counts(),
             metrics=self.metrics.snapshot(),
-            keys=tuple(keys),
+            keys=tuple(self.key_status(key, banned) for key in self.keys),
             histograms=self.metrics.histograms(list(latency_bounds)),
             outage=self.outage.state(),
             oldest_ages=self.queues.oldest_ages(),
@@ -428,6 +421,14 @@ class Daemon:
             lease_takes=self.keys.lease_takes(),
             paused=self.paused,
         )
+
+    def key_status(self, key: ApiKey, banned: bool | None = None) -> KeyStatus:
+        """One key's part of ``status()`` (``banned``: whether the host is banned, if already read)."""
+        limiter = key.limiter.state()
+        condition = KeyCondition.of(key.retired_because, limiter.held, self.ban.active if banned is None else banned,
+                                    owned=key.may_send(), paused=PausedBy.OPERATOR in limiter.paused_by)
+        return KeyStatus(key.name, limiter.window, limiter.order_latency, condition, key.strikes, limiter.remaining,
+                         id=key.id, held_for=limiter.held_for)
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:
         """One ERROR line per retired key, saying what follows for the rest."""

@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..config import Config
 from ..limits.keys import ApiKey
-from ..observe.status import DaemonStatus
+from ..observe.status import DaemonStatus, KeyStatus
 from ..request import FinalOutcome, Work
 from ..stop_latch import StopLatch
 from .dead import DeadLetters, Page
@@ -34,6 +34,8 @@ class Controlled(Protocol):
     def paused(self) -> bool: ...
 
     def status(self, latency_bounds: Sequence[float]) -> DaemonStatus: ...
+
+    def key_status(self, key: ApiKey) -> KeyStatus: ...
 
     def pause(self) -> None: ...
 
@@ -124,7 +126,7 @@ class DaemonPanel:
         return self._state_of(found)
 
     def _state_of(self, key: ApiKey) -> str:
-        return next(status.condition.value for status in self._daemon.status(()).keys if status.id == key.id)
+        return self._daemon.key_status(key).condition.value
 
     def pause(self, paused: bool) -> bool:
         if paused:
