@@ -38,7 +38,7 @@ from .io.results import Results
 from .io.resume import ResumePoint, SendJournal
 from .io.sources import LOADS, JsonLinesSource, SyntheticSource
 from .io.transport import HttpTransport, learn_server_clock, tls_context
-from .limits.keys import HostKeyPool
+from .limits.keys import HostKeyPool, KeyPacing
 from .limits.order_rule import InvalidNonceCost, OrderRule
 from .limits.scopes import RuleScopes
 from .limits.timestamps import AGREE, ServerClock, ServerTimestamps
@@ -362,19 +362,15 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
     endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params)
     admit = endpoints.admit
     work = config.work_stream if config.from_stream else None
+    pacing = KeyPacing(limits, order_latency, unanswered_hold=config.http_timeout, order_rule=order_rule,
+                       timestamps=timestamps, clock=clock)
     if work is not None:  # several daemons share the keys: each is driven only under its lease in the store
         keys: KeyPool = LeasedKeyPool(
-            work.address, config.keys, config.member, limits=limits, accounts=config.accounts,
-            order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
-            unanswered_hold=config.http_timeout, strike_budget=config.strike_budget, state_dir=config.state_dir,
-            lease_ttl=config.lease_ttl, clock=clock,
+            work.address, config.keys, config.member, pacing=pacing, accounts=config.accounts,
+            strike_budget=config.strike_budget, state_dir=config.state_dir, lease_ttl=config.lease_ttl,
         )
     else:
-        keys = HostKeyPool.open(
-            config.keys, state_dir=config.state_dir, limits=limits, accounts=config.accounts,
-            order_latency=order_latency, order_rule=order_rule, timestamps=timestamps,
-            unanswered_hold=config.http_timeout, clock=clock,
-        )
+        keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, pacing=pacing, accounts=config.accounts)
     # The user's requests with a results file can be picked up again after a crash: what has a final
     # record is skipped, what was sent without one is sent again (marked resumed_after_crash), or, in
     # exactly-once, the last send of each key is settled first with its journaled nonce.

@@ -11,6 +11,7 @@ import pytest
 from conftest import KEYS, FakeClock, wait_for
 from thread_client.cluster.address import StoreAddress, store_call
 from thread_client.cluster.keyspace import Keyspace
+from thread_client.clock import Clock, monotonic
 from thread_client.cluster.leased_keys import LeasedKeyPool
 from thread_client.cluster.leases import KeyLease
 from thread_client.cluster.members import Membership
@@ -19,7 +20,7 @@ from thread_client.cluster.scripts import Scripts
 from thread_client.defaults import LATE_ANSWER_CAP
 from thread_client.config import default_state_dir
 from thread_client.errors import KeyNotHeld, StoreUnavailable
-from thread_client.limits.keys import RetireReason
+from thread_client.limits.keys import KeyPacing, RetireReason
 from thread_client.limits.scopes import RuleScopes
 
 NAMES = Keyspace("test").key(KEYS[0])
@@ -200,11 +201,11 @@ def test_a_send_is_journaled_only_while_its_entry_is_pending_with_the_sender(val
     assert scripts.journal_send(keys=["work", "work:sent"], args=["g", "m1", other, "k 13"]) == 0
 
 
-def leased_pool(valkey, member: str, strike_budget: int = 7, **extra) -> LeasedKeyPool:
+def leased_pool(valkey, member: str, strike_budget: int = 7, clock: Clock = monotonic, **extra) -> LeasedKeyPool:
     """A member's pool of one key; the test runs its keeper's rounds (``_round``)."""
-    pool = LeasedKeyPool(StoreAddress.parse(valkey.url), KEYS[:1], member, limits=RuleScopes.ring(20, 1.0), order_latency=0.0,
-                         unanswered_hold=1.0, strike_budget=strike_budget, state_dir=str(default_state_dir()),
-                         keyspace=Keyspace("test"), **extra)
+    pool = LeasedKeyPool(StoreAddress.parse(valkey.url), KEYS[:1], member,
+                         pacing=KeyPacing(RuleScopes.ring(20, 1.0), 0.0, 1.0, clock=clock), strike_budget=strike_budget,
+                         state_dir=str(default_state_dir()), keyspace=Keyspace("test"), **extra)
     pool.start()
     return pool
 

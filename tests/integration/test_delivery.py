@@ -22,7 +22,7 @@ from thread_client.io.results import Results
 from thread_client.io.resume import ResumePoint, SendJournal
 from thread_client.io.sources import JsonLinesSource
 from thread_client.io.transport import HttpTransport
-from thread_client.limits.keys import HostKeyPool, RetireReason
+from thread_client.limits.keys import HostKeyPool, KeyPacing, RetireReason
 from thread_client.resumability import Resumability
 from thread_client.policy.retry import RetryPolicy
 from thread_client.limits.scopes import RuleScopes
@@ -80,8 +80,8 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
     source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
     config = Config(url=server.url, delivery=EXACTLY_ONCE, threads_per_key=1, source=str(source),
                     results=str(results), state_dir=str(state), graveyard=str(tmp_path / "g.jsonl"), duration=60)
-    keys = HostKeyPool.open(config.keys, state_dir=str(state), limits=RuleScopes(config.limit_rules),
-                            order_latency=math.inf, unanswered_hold=config.http_timeout)
+    keys = HostKeyPool.open(config.keys, state_dir=str(state),
+                            pacing=KeyPacing(RuleScopes(config.limit_rules), math.inf, config.http_timeout))
     resume = ResumePoint(str(results), str(state), delivery=EXACTLY_ONCE)
     daemon = Daemon(
         config, source=JsonLinesSource(str(source), state_dir=str(state), resume=resume),
@@ -116,8 +116,8 @@ def test_at_least_once_a_full_disk_stops_the_run_and_the_rerun_marks_every_reque
     source.write_text("".join(json.dumps({"id": f"r{n}"}) + "\n" for n in range(1, 301)))
     config = Config(url=server.url, source=str(source), results=str(results), state_dir=str(state),
                     graveyard=str(tmp_path / "g.jsonl"), duration=60)
-    keys = HostKeyPool.open(config.keys, state_dir=str(state), limits=RuleScopes(config.limit_rules),
-                            order_latency=config.order_latency, unanswered_hold=config.http_timeout)
+    keys = HostKeyPool.open(config.keys, state_dir=str(state), pacing=KeyPacing(
+        RuleScopes(config.limit_rules), config.order_latency, config.http_timeout))
     disk = FillingDisk(room=2_000)
 
     def write_record(fd: int, data: bytes) -> int:  # on the same disk: refused once the journal has filled it

@@ -12,7 +12,7 @@ from thread_client.exits import StopReason
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.sources import SyntheticSource
 from thread_client.io.transport import HttpTransport
-from thread_client.limits.keys import ApiKey, HostKeyPool, key_id
+from thread_client.limits.keys import ApiKey, HostKeyPool, KeyPacing, key_id
 from thread_client.policy.retry import RetryPolicy
 from thread_client.limits.scopes import RuleScopes
 
@@ -40,8 +40,8 @@ class DeadlyTransport(HttpTransport):
 def daemon_with(server, tmp_path, deadly_for_first_key: set[int] | None, duration: float) -> Daemon:
     config = Config(url=server.url, duration=duration, graveyard=str(tmp_path / "g.jsonl"), load="saturate",
                     metrics_interval=1, threads_per_key=2)
-    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, limits=RuleScopes(config.limit_rules),
-                            order_latency=config.order_latency, unanswered_hold=config.http_timeout)
+    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, pacing=KeyPacing(
+        RuleScopes(config.limit_rules), config.order_latency, config.http_timeout))
     victim = next(iter(keys))
 
     def transports(key: ApiKey) -> HttpTransport:

@@ -18,7 +18,7 @@ from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import RequeueRefused
 from thread_client.io.graveyard import Graveyard
 from thread_client.io.resume import ResumePoint
-from thread_client.limits.keys import HostKeyPool
+from thread_client.limits.keys import HostKeyPool, KeyPacing
 from thread_client.limits.limiter import PausedBy
 from thread_client.limits.scopes import RuleScopes
 from thread_client.policy.retry import RetryPolicy
@@ -30,8 +30,8 @@ BOUND = 5.0
 def daemon_of(tmp_path, earlier_sends=None, **settings) -> Daemon:
     config = Config(threads_per_key=1, state_dir=str(tmp_path / "state"), graveyard=str(tmp_path / "g.jsonl"),
                     **settings)
-    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir, limits=RuleScopes(config.limit_rules),
-                            order_latency=math.inf, unanswered_hold=config.http_timeout)
+    keys = HostKeyPool.open(config.keys, state_dir=config.state_dir,
+                            pacing=KeyPacing(RuleScopes(config.limit_rules), math.inf, config.http_timeout))
     return Daemon(config, source=None, graveyard=Graveyard(None), keys=keys, earlier_sends=earlier_sends,
                   transports=lambda key: ScriptedTransport([]), policy=RetryPolicy())
 
@@ -80,8 +80,8 @@ def test_a_requeue_adopted_to_be_settled_after_a_crash_is_not_requeued_again(tmp
     state, results, source = tmp_path / "state", tmp_path / "results.jsonl", tmp_path / "in.jsonl"
     state.mkdir()
     source.write_text(json.dumps({"id": "x", "params": {"n": 1}}) + "\n")
-    keys = HostKeyPool.open(Config().keys, state_dir=str(state), limits=RuleScopes(Config().limit_rules),
-                            order_latency=math.inf, unanswered_hold=1.0)
+    keys = HostKeyPool.open(Config().keys, state_dir=str(state),
+                            pacing=KeyPacing(RuleScopes(Config().limit_rules), math.inf, 1.0))
     first = next(iter(keys))
     results.write_text(json.dumps({"id": "x", "outcome": "rejected", "finished": 1.0, "key": "k"}) + "\n")
     (tmp_path / "results.jsonl.sent").write_text(json.dumps(

@@ -11,7 +11,7 @@ import pytest
 from conftest import KEY, KEYS, FakeClock
 from thread_client.errors import ConfigError
 from thread_client.limits.host_state import KeyState
-from thread_client.limits.keys import HostKeyPool, mask
+from thread_client.limits.keys import HostKeyPool, KeyPacing, mask
 from thread_client.limits.scopes import RuleScopes
 
 CAP = 10.0  # the late-answer watch's cap
@@ -30,8 +30,9 @@ def open_pool(tmp_path, clock, wall):
     pools: list[HostKeyPool] = []
 
     def start(secrets: list[str] = [KEY]) -> HostKeyPool:
-        pool = HostKeyPool.open(secrets, state_dir=str(tmp_path), limits=RuleScopes.ring(5, WINDOW), order_latency=0.0,
-                                unanswered_hold=1.0, late_answer_cap=CAP, clock=clock, wall=wall)
+        pool = HostKeyPool.open(secrets, state_dir=str(tmp_path), pacing=KeyPacing(RuleScopes.ring(5, WINDOW), 0.0, 1.0,
+                                                                                  clock=clock),
+                                late_answer_cap=CAP, wall=wall)
         pools.append(pool)
         return pool
 

@@ -22,7 +22,7 @@ from thread_client.errors import OutputInUse
 from thread_client.io.resume import EarlierSend, ResumePoint, SendJournal, line_digest
 from thread_client.io.results import Results
 from thread_client.io.sources import JsonLinesSource
-from thread_client.limits.keys import HostKeyPool
+from thread_client.limits.keys import HostKeyPool, KeyPacing
 from thread_client.parts import Answer
 from thread_client.policy.retry import RetryPolicy
 from thread_client.request import FinalOutcome, Request
@@ -173,8 +173,8 @@ def test_two_keys_that_show_the_same_name_keep_their_own_earlier_sends(tmp_path)
     # Alike at both ends (both show as AAAA...ZZZZ), and two short keys (both all stars): a restart that
     # grouped sends by the shown name settled one key's send on the other, or lost one.
     secrets = ["AAAA1111111111ZZZZ", "AAAA2222222222ZZZZ", "abc", "xyz"]
-    pool = HostKeyPool.open(secrets, state_dir=str(tmp_path / "state"), limits=RuleScopes.ring(20, 1.001), order_latency=0.0,
-                            unanswered_hold=1.0)
+    pool = HostKeyPool.open(secrets, state_dir=str(tmp_path / "state"),
+                            pacing=KeyPacing(RuleScopes.ring(20, 1.001), 0.0, 1.0))
     try:
         keys = list(pool)
         assert len({key.name for key in keys}) == 4 and len({key.id for key in keys}) == 4

@@ -23,15 +23,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .. import defaults
-from ..clock import Clock, monotonic
 from ..errors import ConfigError, StoreUnavailable
 from ..limits.host_state import KeyState
-from ..limits.keys import ApiKey, BaseKeyPool, RetireReason, shown_names
-from ..limits.limiter import ThreadSafeRateLimiter
-from ..limits.nonces import NonceGenerator
-from ..limits.timestamps import ServerTimestamps
-from ..limits.order_rule import OrderRule
-from ..limits.scopes import RuleScopes
+from ..limits.keys import ApiKey, BaseKeyPool, KeyPacing, RetireReason, shown_names
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import KeyNames, Keyspace
@@ -69,22 +63,18 @@ class LeasedKeyPool(BaseKeyPool):
         secrets: Iterable[str],
         member: str,
         *,
-        limits: RuleScopes,
+        pacing: KeyPacing,
         accounts: Sequence[str] = (),
-        order_latency: float,
-        unanswered_hold: float,
         strike_budget: int,
         state_dir: str,
-        order_rule: OrderRule | None = None,
-        timestamps: ServerTimestamps | None = None,
         lease_ttl: float = defaults.LEASE_TTL,
         late_answer_cap: float = defaults.LATE_ANSWER_CAP,
         keyspace: Keyspace = Keyspace(),
-        clock: Clock = monotonic,
     ) -> None:
         secrets = list(secrets)
         account_of = dict(zip(secrets, accounts))
-        memory = limits.memory  # how long the server's limit states may remember a send
+        memory = pacing.limits.memory  # how long the server's limit states may remember a send
+        clock = pacing.clock
         named = shown_names(secrets)
         self._host_locks = _lock_on_host(state_dir, named)
         self._store: "redis.Redis" = address.connect(timeout=lease_ttl / 6)
@@ -96,15 +86,10 @@ class LeasedKeyPool(BaseKeyPool):
         keys = []
         for secret, name in named.items():
             names = keyspace.key(secret)
-            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=memory + unanswered_hold,
+            lease = KeyLease(scripts, names, member, ttl=lease_ttl, quiet=memory + pacing.unanswered_hold,
                              margin=max(0.05, lease_ttl / 10), late_answer_cap=late_answer_cap, clock=clock)
-            nonces = timestamps or NonceGenerator(reserve=NonceBlocks(scripts, names, lease).reserve)
             account = account_of.get(secret, "")
-            limiter = ThreadSafeRateLimiter(
-                name=name, rules=limits.states_of(account), endpoint=limits.endpoint,
-                order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
-                nonces=nonces, clock=clock,
-            )
+            limiter = pacing.limiter(name, account, NonceBlocks(scripts, names, lease).reserve)
             key = ApiKey(secret, limiter, may_send=lease.may_send, name=name, epoch=lease.epoch,
                          remember_strikes=partial(_count_strike, scripts, names), account=account)
             self._leases[key.id] = lease

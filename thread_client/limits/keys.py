@@ -9,18 +9,19 @@ import logging
 import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import defaults
 from ..clock import Clock, monotonic
 from .host_state import KeyState
 from .limiter import PausedBy, ThreadSafeRateLimiter
-from .nonces import NonceGenerator
+from .nonces import NonceGenerator, Reserve
 from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
 from .scopes import RuleScopes
 
-__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "RetireReason", "key_id", "mask", "shown_names"]
+__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "KeyPacing", "RetireReason", "key_id", "mask", "shown_names"]
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,30 @@ class BaseKeyPool:
         """Let the keys go; after the workers are joined. Idempotent."""
 
 
+@dataclass(frozen=True)
+class KeyPacing:
+    """How each key of a pool paces its sends, the same for every key and for both kinds of pool: the limit
+    rules' states ``limits`` gives a key's account, the order gap (``order_latency`` until ``order_rule`` has
+    learnt one), how long an unanswered send holds its slot, the server's timestamps where they are the
+    nonces, and the clock."""
+
+    limits: RuleScopes
+    order_latency: float
+    unanswered_hold: float
+    order_rule: OrderRule | None = None
+    timestamps: ServerTimestamps | None = None
+    clock: Clock = monotonic
+
+    def limiter(self, name: str, account: str, reserve: Reserve, start_above: int = 0) -> ThreadSafeRateLimiter:
+        """The limiter of the key shown as ``name`` of ``account``; its counter nonces (where the server's
+        timestamps are not the nonces) start above ``start_above`` in blocks from ``reserve``."""
+        return ThreadSafeRateLimiter(
+            name=name, rules=self.limits.states_of(account), endpoint=self.limits.endpoint,
+            order_latency=self.order_latency, order_rule=self.order_rule, unanswered_hold=self.unanswered_hold,
+            nonces=self.timestamps or NonceGenerator(start_above=start_above, reserve=reserve), clock=self.clock,
+        )
+
+
 class HostKeyPool(BaseKeyPool):
     """Keys driven by this process alone on this host: each is locked in the state dir for the life of
     the process (a second daemon on the same key is refused), its nonces start above its durable mark,
@@ -292,22 +317,17 @@ class HostKeyPool(BaseKeyPool):
         secrets: Iterable[str],
         *,
         state_dir: str,
-        limits: RuleScopes,
+        pacing: KeyPacing,
         accounts: Sequence[str] = (),
-        order_latency: float,
-        unanswered_hold: float,
-        order_rule: OrderRule | None = None,
-        timestamps: ServerTimestamps | None = None,
         late_answer_cap: float = defaults.LATE_ANSWER_CAP,
-        clock: Clock = monotonic,
         wall: Clock = time.time,
     ) -> "HostKeyPool":
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
-        and give it a limiter whose nonces start above the key's durable mark, spending from the states
-        ``limits`` gives it (``accounts``: each key's account, in the order of ``secrets``), held until
-        the sends the last run left unanswered can no longer weigh in the server's limits.
+        and give it a limiter as ``pacing`` says, whose nonces start above the key's durable mark
+        (``accounts``: each key's account, in the order of ``secrets``), held until the sends the last run
+        left unanswered can no longer weigh in the server's limits.
         ``late_answer_cap``: how long a send that timed out is watched for its late answer (``LateAnswers``)."""
-        stamps_last = late_answer_cap + limits.memory
+        stamps_last = late_answer_cap + pacing.limits.memory
         secrets = list(secrets)
         account_of = dict(zip(secrets, accounts))
         states: list[KeyState] = []
@@ -317,15 +337,9 @@ class HostKeyPool(BaseKeyPool):
                 state = KeyState(state_dir, secret, name)
                 state.lock()
                 states.append(state)
-                # A timestamp API's "nonces" are the server's clock, shared by every key; a counter's start
-                # above the key's durable mark.
-                nonces = timestamps or NonceGenerator(start_above=state.read_mark(), reserve=state.reserve)
                 account = account_of.get(secret, "")
-                limiter = ThreadSafeRateLimiter(
-                    name=name, rules=limits.states_of(account), endpoint=limits.endpoint,
-                    order_latency=order_latency, order_rule=order_rule, unanswered_hold=unanswered_hold,
-                    nonces=nonces, clock=clock,
-                )
+                # A counter's nonces start above the key's durable mark.
+                limiter = pacing.limiter(name, account, state.reserve, start_above=state.read_mark())
                 key = ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
                              remember_strikes=state.write_strikes, account=account)
                 _hold_for_last_run(key, state, stamps_last, wall)
@@ -334,7 +348,7 @@ class HostKeyPool(BaseKeyPool):
             for state in states:
                 state.unlock()
             raise
-        return cls(keys, states, stamps_last=stamps_last, clock=clock, wall=wall)
+        return cls(keys, states, stamps_last=stamps_last, clock=pacing.clock, wall=wall)
 
     def release(self) -> None:
         """Record, for each key with sends still in doubt, until when they may weigh in the server's limits,
