@@ -4,12 +4,16 @@ finds each kind of broken promise in a history made by hand (a checker that cann
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import json
+import threading
 
 import pytest
 
 from tools.campaign.checker import History, _check_pauses, check, collect
 from tools.campaign.nemesis import FAULTS, draw_timeline
+from tools.campaign.operator import Command, Pause, _pause_and_resume
+from tools.campaign.runs import ControlTarget, DaemonRun
 from tools.campaign.setting import ODD_LINES, draw_setting, input_lines
 from tools.campaign.system import System
 
@@ -174,8 +178,6 @@ def test_operator_commands_come_from_a_stream_of_their_own():
 
 def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tmp_path):
     from tools.campaign.nemesis import Fault
-    from tools.campaign.operator import Command, Pause
-    from tools.campaign.runs import ControlTarget, DaemonRun
 
     setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
                                   requests=3, odd_lines=0, tls=False, max_latency_ms=50)
@@ -200,6 +202,84 @@ def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tm
     assert judged(2.0, faults=(Fault(2.0, 3.0, "exchange-freeze"),)) == set()  # a frozen exchange's backlog
     assert judged(2.0, faults=(Fault(20.0, 3.0, "exchange-freeze"),)) == {"sent_while_paused"}
     assert judged(2.0, run_ended=paused_at + 1.0) == set()  # a next run of a single daemon knows no pause
-    assert judged(2.0, target=group, run_ended=paused_at + 1.0) == {"sent_while_paused"}  # a group's outlives it
-    assert judged(1.2, target=group) == set()  # within a keeper round: the members have not all read it yet
-    assert judged(2.0, target=group, faults=(Fault(3.0, 2.0, "store-cut-member", "m1"),)) == set()
+    assert judged(3.0, target=group, run_ended=paused_at + 1.0) == {"sent_while_paused"}  # a group's outlives it
+    assert judged(2.2, target=group) == set()  # within the keeper's rounds: the members have not all read it yet
+    assert judged(3.0, target=group, faults=(Fault(3.0, 2.0, "store-cut-member", "m1"),)) == set()
+
+
+KEY_NAME = f"{KEY[:4]}...{KEY[-4:]}"
+
+
+def test_a_send_in_doubt_settled_with_its_own_nonce_during_a_pause_is_no_new_send(tmp_path):
+    """A paused key still settles a send in doubt (docs/operating/console.md): c-1 sent before the pause, its
+    connection dropped by the server's fault, asked again with the same nonce 1 s into the pause. No new send."""
+    setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
+                                  delivery="exactly-once", requests=3, odd_lines=0, tls=False, max_latency_ms=50)
+    system = System(setting, tmp_path, lambda line: None)
+    system.runs.append(DaemonRun("m1", 1, tmp_path, [], wall_started=system.wall_started, wall_ended=None))
+    paused_at = system.wall_started + 3
+    pause = Pause(Command(3, 4, "pause-key"), ControlTarget(1, tmp_path / "token", 1), keys=[KEY_NAME],
+                  paused_at=paused_at, resumed_at=paused_at + 4)
+    first = {"key": KEY, "nonce": "10", "id": "c-1", "stamp_ms": round((paused_at - 0.01) * 1000), "accept": None,
+             "verdict": "drop", "status": None}  # stamped, then the connection closed: no answer
+    settle = {**first, "stamp_ms": round((paused_at + 1.0) * 1000), "accept": 1, "verdict": "accepted",
+              "status": 200}  # the same nonce asked again: the drop came before the nonce was spent
+    history = History(system, True, [], ledger=[first, settle], timeline=[], pauses=[pause])
+    assert [violation.kind for violation in _check_pauses(history)] == []
+
+
+class _Console(http.server.BaseHTTPRequestHandler):
+    """A control API whose store is away when the resume comes (503 once), then back."""
+
+    calls: list[tuple[str, str, int]] = []
+    resume_refusals = 1
+
+    def do_GET(self) -> None:
+        self._json(200, {"keys": [{"id": "abcdef123456", "name": KEY_NAME}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        status = 200
+        if self.path.endswith("/resume") and type(self).resume_refusals > 0:
+            type(self).resume_refusals -= 1
+            status = 503
+        type(self).calls.append(("POST", self.path, status))
+        self._json(status, {"state": "ok" if status == 200 else "the store does not answer"})
+
+    def _json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _System:
+    def __init__(self, target: ControlTarget) -> None:
+        self._target = target
+
+    def control_target(self) -> ControlTarget:
+        return self._target
+
+
+def test_a_resume_the_control_api_refuses_is_asked_again_so_the_pause_does_not_outlive_the_command(tmp_path):
+    """A group's pause is a flag in the store: a resume the cluster console refuses (its store restarting: 503)
+    would leave every member paused for good, and the heal would time out (``not_live``), blaming the daemon."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Console)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("t\n")
+        pause = Pause(Command(0, 0.01, "pause-daemon"))
+        _pause_and_resume(_System(ControlTarget(server.server_address[1], token, None)), pause)
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert not thread.is_alive()
+    resumes = [status for _, path, status in _Console.calls if path.endswith("/resume")]
+    assert 200 in resumes, f"the pause was never lifted: resumes answered {resumes}, pause recorded {pause}"

@@ -35,8 +35,9 @@ START_UP_S = 3.0
 SHOWN_IDS = 10
 #: A send that left before a pause was answered reaches the exchange within its latency and this much more.
 PAUSE_GRACE_S = 0.5
-#: A group's pause is a flag in the store that each member's lease keeper reads once a round (a third of the lease).
-KEEPER_ROUND_S = 1.0
+#: A group's pause is a flag in the store that each member's lease keeper reads once a round (a third of the lease,
+#: after the round's own store calls): two rounds' worth, for a loaded machine.
+KEEPER_ROUND_S = 2.0
 #: Faults during which a send made before a pause may be stamped long after it (a frozen exchange's backlog, a slow
 #: proxy, a daemon stopped mid-write), or that reach the exchange around its ledger: a pause meeting one is not judged.
 STAMPS_LATE = frozenset({"exchange-freeze", "exchange-restart", "exchange-503-burst", "exchange-418-ban", "proxy-delay",
@@ -198,10 +199,16 @@ def _check_ledger(history: History) -> list[Violation]:
 
 
 def _check_pauses(history: History) -> list[Violation]:
-    """A paused key (or every key of a paused daemon or group) sends nothing from its pause's answer (and the
+    """A paused key (or every key of a paused daemon or group) sends nothing new from its pause's answer (and the
     latency of a send already on its way; for a group, a keeper round more) until its resume was asked; a single
-    daemon's pause ends with its run (a next run knows none), a group's outlives any member's."""
+    daemon's pause ends with its run (a next run knows none), a group's outlives any member's. A send in doubt is
+    still settled during a pause (documented): its nonce asked again, stamped before, is no new send."""
     system = history.system
+    first_stamp: dict[tuple[str, str], float] = {}
+    for entry in history.ledger:
+        if entry.get("stamp_ms") is not None and entry.get("nonce") is not None:
+            sent = (str(entry.get("key")), str(entry["nonce"]))
+            first_stamp[sent] = min(first_stamp.get(sent, entry["stamp_ms"]), entry["stamp_ms"])
     grace = system.setting.max_latency_ms / 1000 + PAUSE_GRACE_S
     runs = {run.number: run for run in system.runs}
     unjudged = STAMPS_LATE | STORE_FAULTS
@@ -221,7 +228,8 @@ def _check_pauses(history: History) -> list[Violation]:
         if any(from_ <= end and start <= to for from_, to in late):
             continue
         sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None
-                and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys]
+                and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys
+                and first_stamp.get((str(entry.get("key")), str(entry.get("nonce")))) == entry["stamp_ms"]]
         if sent:
             violations.append(Violation("sent_while_paused", f"{len(sent)} requests stamped on {', '.join(pause.keys)} "
                                         f"while {whose} had it paused ({pause.command.to_json()})",

@@ -24,6 +24,9 @@ __all__ = ["Command", "Pause", "draw_commands", "play_commands"]
 #: A command the control API does not answer within this long is not delivered (the daemon is stopped by SIGSTOP,
 #: or starting up).
 ANSWER_TIMEOUT_S = 5.0
+#: A resume is asked again until it is answered (a group's store away, a daemon stopped by SIGSTOP), this long at
+#: most: a pause left in place would stop the work for good, and the heal would blame the daemon.
+RESUME_FOR_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,11 @@ def _pause_and_resume(system: "System", pause: Pause) -> None:
         pause.paused_at = time.time()
     time.sleep(pause.command.length)
     pause.resumed_at = time.time()
-    _call(target, "POST", f"{path}/resume")
+    gives_up = time.monotonic() + RESUME_FOR_S
+    while _call(target, "POST", f"{path}/resume") is None and time.monotonic() < gives_up:
+        if target.run is not None and system.control_target() != target:
+            return  # that run has ended: a next run knows no pause
+        time.sleep(0.5)
 
 
 def _call(target: ControlTarget, method: str, path: str) -> dict | None:

@@ -76,13 +76,20 @@ class ServedProcess(ABC):
             return False
 
     def start(self) -> Self:
-        """Start it and return once it is ready; RuntimeError (with its output) if it exits or is not ready in time."""
+        """Start it and return once it is ready; RuntimeError (with its output) if it exits or is not ready in time,
+        or if it is started already. Its folder is removed if it cannot be started."""
+        if self._folder is not None:
+            raise RuntimeError(f"{self.name} is started already")
         self._folder = tempfile.TemporaryDirectory(prefix=f"{self.name}-")
         self.port = free_port()
-        command = self._command(self.folder, self.port)
-        with (self.folder / "output.log").open("wb") as output:
-            self._process = subprocess.Popen(command, cwd=self.working_dir or self.folder, stdout=output,
-                                             stderr=subprocess.STDOUT)
+        try:
+            command = self._command(self.folder, self.port)
+            with (self.folder / "output.log").open("wb") as output:
+                self._process = subprocess.Popen(command, cwd=self.working_dir or self.folder, stdout=output,
+                                                 stderr=subprocess.STDOUT)
+        except BaseException:
+            self.stop()
+            raise
         deadline = time.monotonic() + self._start_timeout
         while not self._ready():
             if self._process.poll() is not None or time.monotonic() > deadline:
