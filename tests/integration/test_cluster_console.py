@@ -1,6 +1,6 @@
 """The cluster console (``thread-client console --redis URL``): its panel over a real Valkey holding a group's state
 (the status in the daemon's shape with members, owners and fences; dead letters paged by entry id; a requeue
-added once), and end to end with a member daemon and the reference server: a key paused from the console sends
+added once, for good), and end to end with a member daemon and the reference server: a key paused from the console sends
 nothing at the server while the others go on, and sends again once resumed; a dead letter of the dead stream
 requeued gets a new final record in the results stream."""
 
@@ -19,12 +19,13 @@ import pytest
 from conftest import ROOT, stream_records, wait_for
 from thread_client.cluster.address import StoreAddress
 from thread_client.cluster.keyspace import Keyspace
-from thread_client.cluster.work_stream import WorkStream
+from thread_client.cluster.work_stream import WorkStream, requeue_work
 from thread_client.config import DEFAULT_KEYS
 from thread_client.control.cluster_panel import ClusterPanel
 from thread_client.control.panel import SHORT_ID
 from thread_client.control.routes import Router
 from thread_client.limits.keys import key_id, mask
+from thread_client.request import Work
 from tools.harness.client_process import client_command
 from tools.harness.processes import free_port, stop_process
 
@@ -110,9 +111,15 @@ def test_a_key_paused_from_the_console_is_flagged_in_the_store_for_every_member(
     assert store.hgetall(Keyspace().paused) == {}
     code, refused = ask(router, "POST", "/api/v1/drain")
     assert code == 409 and "SIGTERM" in refused["error"]
+
+
+def test_retire_and_unpark_are_refused_for_a_registered_key_and_not_found_for_an_unknown_one(group):
+    _, _, router = group
+    short = key_id(DEFAULT_KEYS[0])[:SHORT_ID]
     for command, words in (("retire", "retired on the members"), ("unpark", "fresh count of its own")):
         code, refused = ask(router, "POST", f"/api/v1/keys/{short}/{command}")
         assert code == 409 and words in refused["error"]
+        assert ask(router, "POST", f"/api/v1/keys/000000000000/{command}") == (404, {"error": "no key 000000000000"})
 
 
 def test_dead_letters_are_paged_by_their_entry_id(group):
@@ -120,7 +127,8 @@ def test_dead_letters_are_paged_by_their_entry_id(group):
     code, first = ask(router, "GET", "/api/v1/dead?limit=2")
     assert code == 200 and [item["id"] for item in first["items"]] == ["d-0", "d-1"] and first["next"]
     assert first["items"][0] == {"id": "d-0", "outcome": "rejected", "detail": "why 0", "at": first["items"][0]["at"],
-                                 "key": mask(DEFAULT_KEYS[0]), "requeue": 0, "under_way": False}
+                                 "key": mask(DEFAULT_KEYS[0]), "requeue": 0, "under_way": False,
+                                 "requeuable": True}
     code, second = ask(router, "GET", f"/api/v1/dead?limit=2&after={first['next']}")
     assert code == 200 and [item["id"] for item in second["items"]] == ["d-2"] and second["next"] is None
     assert [item["id"] for item in ask(router, "GET", "/api/v1/dead?outcome=rejected")[1]["items"]] == ["d-0", "d-2"]
@@ -142,6 +150,36 @@ def test_a_dead_letter_is_requeued_into_the_work_stream_once(group):
     assert ask(router, "POST", "/api/v1/dead/requeue", {"outcome": "rejected,retries_exhausted"}) == (
         200, {"requeued": 2, "ids": ["d-0", "d-2"]})
     assert store.xlen(STREAM) == before + 3
+
+
+def test_a_dead_record_requeued_is_never_requeued_again_once_its_request_was_accepted(group):
+    store, work, router = group
+    assert ask(router, "POST", "/api/v1/dead/requeue", {"ids": ["d-1"]}) == (200, {"requeued": 1, "ids": ["d-1"]})
+    # A member takes the new entry and the exchange accepts it: the id's last record is `accepted`, after its dead one.
+    seconds, _ = store.time()
+    store.xadd(work.results, {"id": "d-1", "outcome": "accepted",
+                              "record": record("d-1", "accepted", mask(DEFAULT_KEYS[0]), seconds + 10.0)})
+    # The requeue's mark never runs out (it did after 7 days: the dead letter was then offered and sent again).
+    [mark] = store.keys(f"{work.stream}:requeued:d-1:*")
+    assert store.ttl(mark) == -1
+    items = {item["id"]: item for item in ask(router, "GET", "/api/v1/dead")[1]["items"]}
+    assert items["d-1"]["under_way"] is True
+    assert ask(router, "POST", "/api/v1/dead/requeue", {"outcome": "retries_exhausted"}) == (
+        200, {"requeued": 0, "ids": []})
+    # thread-client requeue --to redis:// shares the mark: the same dead record goes in no more from there.
+    dead_record = json.loads(store.xrange(work.dead)[1][1]["record"])
+    assert requeue_work(store, work, [(Work("d-1", {"n": 1}), dead_record)]) == 0
+
+
+def test_a_dead_record_that_names_no_work_entry_is_shown_not_requeuable(group):
+    store, work, router = group
+    # Written by a member from before dead records named their work entry: its request is nowhere in the store.
+    text = record("old-1", "rejected", mask(DEFAULT_KEYS[0]), 1.0)
+    store.xadd(work.dead, {"id": "old-1", "outcome": "rejected", "record": text})
+    items = {item["id"]: item for item in ask(router, "GET", "/api/v1/dead")[1]["items"]}
+    assert {request_id: item["requeuable"] for request_id, item in items.items()} == {
+        "d-0": True, "d-1": True, "d-2": True, "old-1": False}
+    assert ask(router, "POST", "/api/v1/dead/requeue", {"ids": ["old-1"]}) == (200, {"requeued": 0, "ids": []})
 
 
 # ---- end to end: a member daemon, the console, the reference server ----------------------------------------------

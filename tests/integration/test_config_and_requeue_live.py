@@ -53,5 +53,8 @@ def test_requeue_puts_dead_letters_into_a_work_stream_once(valkey, tmp_path):
     again = requeue()
     assert again.returncode == 0 and "requeued 0 of 3 dead letters" in again.stdout
     assert "3 requeued before, skipped" in again.stdout
-    entries = [json.loads(fields["request"]) for _, fields in valkey.client().xrange("work")]
+    store = valkey.client()
+    entries = [json.loads(fields["request"]) for _, fields in store.xrange("work")]
     assert entries == [{"id": f"r-{n}", "params": {"n": str(n)}} for n in (0, 2, 4)]
+    marks = store.keys("work:requeued:*")  # one per dead record requeued, for good: the console honours it too
+    assert len(marks) == 3 and [store.ttl(mark) for mark in marks] == [-1] * 3

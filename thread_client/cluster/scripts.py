@@ -242,14 +242,15 @@ return 1
 # KEYS[1] - the work stream
 # KEYS[2], KEYS[3], ... - one once-key per request, set while it is remembered: its id's (submit), or its dead
 #                         record's (requeue)
-# ARGV[1] - seconds a once-key is remembered
+# ARGV[1] - seconds a once-key is remembered; 0: for good (a requeue's: a dead record is never requeued twice)
 # ARGV[2], ARGV[3], ... - the requests (JSON), in the order of their once-keys; each entry's one field is
 #                          'request' (work_stream.ENTRY_FIELD)
 # return how many requests were added: one whose once-key exists already is a duplicate, not added
 _SUBMIT = _DATA + """
 local added = 0
+local expiry = ARGV[1] ~= '0' and {'EX', ARGV[1]} or {}
 for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[1]) then
+  if redis.call('SET', KEYS[i], '1', 'NX', unpack(expiry)) then
     redis.call('XADD', KEYS[1], '*', 'request', ARGV[i])
     added = added + 1
   end

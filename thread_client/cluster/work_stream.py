@@ -23,8 +23,6 @@ __all__ = ["DEAD_LETTER_OUTCOMES", "ENTRY_FIELD", "WorkStream", "requeue_work", 
 #: Final outcomes that also go to the dead-letter stream: the request itself cannot succeed as given.
 DEAD_LETTER_OUTCOMES = frozenset({"invalid_input", "retries_exhausted", "rejected"})
 ENTRY_FIELD = "request"  # a work entry's one field: the request as a JSON object
-#: A dead record requeued into a work stream is remembered this long: the same requeue asked again skips it.
-_REMEMBER_REQUEUED = 7 * 86_400.0
 
 
 class WorkStream:
@@ -53,8 +51,10 @@ class WorkStream:
         return f"<WorkStream {self.stream} group={self.group}>"
 
     def requeued(self, request_id: str, finished: object) -> str:
-        """The once-key of a dead record requeued into this stream (its id and when it ended): set while the
-        requeue is remembered, so the same dead record is never added twice."""
+        """The once-key of a dead record requeued into this stream (its id and when it ended): set for good, so
+        the same dead record is never added twice, however long after (its request may have been accepted since).
+        One small key per dead record requeued: no more than the dead records the dead stream (or a results
+        file) keeps anyway."""
         return f"{self.stream}:requeued:{request_id}:{finished}"
 
     def ensure_group(self, store: "redis.Redis") -> None:
@@ -93,20 +93,21 @@ def submit_lines(
 
 def requeue_work(store: "redis.Redis", work: WorkStream, letters: Iterable[tuple[Work, dict]]) -> int:
     """Append each dead letter's request (with its dead record) to the work stream, as a new attempt of the same
-    id, unless that record was requeued before (within ``_REMEMBER_REQUEUED``). Returns how many went in; raises
-    StoreUnavailable as ``submit_work``."""
+    id, unless that record was ever requeued before (by the console or ``thread-client requeue``). Returns how
+    many went in; raises StoreUnavailable as ``submit_work``."""
     once = ((work.requeued(item.id, record.get("finished")), item) for item, record in letters)
-    return submit_work(store, work, once, remember_ids=_REMEMBER_REQUEUED)[0]
+    return submit_work(store, work, once, remember_ids=None)[0]
 
 
 def submit_work(
-    store: "redis.Redis", work: WorkStream, requests: Iterable[tuple[str, Work]], *, remember_ids: float,
+    store: "redis.Redis", work: WorkStream, requests: Iterable[tuple[str, Work]], *, remember_ids: float | None,
     batch: int = 500,
 ) -> tuple[int, int]:
     """Append each request to the work stream unless its once-key (``submit``: its id's; ``requeue``: its dead
-    record's) is set, and set it for ``remember_ids`` seconds. Returns (added, skipped); raises StoreUnavailable
-    if the store stops taking them (the batches before went in: a rerun skips them)."""
+    record's) is set, and set it for ``remember_ids`` seconds (None: for good). Returns (added, skipped); raises
+    StoreUnavailable if the store stops taking them (the batches before went in: a rerun skips them)."""
     script = Scripts(store).submit
+    expiry = 0 if remember_ids is None else max(1, int(remember_ids))  # the script's 0: for good
     added = skipped = 0
     once_keys: list[str] = []
     entries: list[str] = []
@@ -114,7 +115,7 @@ def submit_work(
     def flush() -> None:
         nonlocal added, skipped
         if once_keys:
-            new = int(script(keys=[work.stream, *once_keys], args=[int(remember_ids), *entries]))
+            new = int(script(keys=[work.stream, *once_keys], args=[expiry, *entries]))
             added += new
             skipped += len(once_keys) - new
             once_keys.clear()

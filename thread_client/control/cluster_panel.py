@@ -86,10 +86,14 @@ class ClusterPanel:
         return paused and bool(ids)
 
     def retire_key(self, key: str, last: bool) -> str | None:
+        if not self._registered(key):
+            return None
         raise Unsupported("the cluster console retires no key: a key is retired on the members that drive it (their "
                           "own control API, or their keys file); pause it here to stop it on every member")
 
     def unpark_key(self, key: str) -> str | None:
+        if not self._registered(key):
+            return None
         raise Unsupported("the cluster console un-parks no key: a member parks a key for its own run's strikes, and "
                           "hands it to another, which starts with a fresh count of its own")
 
@@ -100,12 +104,12 @@ class ClusterPanel:
     def dead(self, chosen: frozenset[FinalOutcome], limit: int, after: str | None) -> Page:
         """The dead stream's entries of ``chosen`` outcomes after the entry id ``after``, oldest first, looking at
         ``DEAD_SCAN`` entries at most. The stream keeps every dead record: one requeued already stays, marked
-        ``under_way`` while its requeue is remembered."""
+        ``under_way`` for good (it is never requeued again); one that names no work entry is not ``requeuable``."""
         check_limit(limit)
         if after is not None and not _ENTRY_ID.fullmatch(after):
             raise ValueError(f"not a cursor: {after!r}")
         wanted = {outcome.value for outcome in chosen}
-        found: list[tuple[str, dict]] = []  # (entry id, dead record)
+        found: list[tuple[str, dict, bool]] = []  # (entry id, dead record, whether it names its work entry)
         start, looked = "-" if after is None else f"({after}", 0
         with store_call():
             while looked < DEAD_SCAN:
@@ -115,7 +119,7 @@ class ClusterPanel:
                     if fields.get("outcome") in wanted:
                         if len(found) == limit:
                             return self._page(found, found[-1][0])
-                        found.append((entry_id, json.loads(fields["record"])))
+                        found.append((entry_id, json.loads(fields["record"]), bool(fields.get("entry"))))
                 looked += len(batch)
                 if len(batch) < count:
                     return self._page(found, None)
@@ -125,9 +129,9 @@ class ClusterPanel:
     def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
         """Append each dead letter's request (found by the work entry its dead record names) to the work stream
         once per dead record (``requeue_work``, as ``thread-client requeue --to redis://``): one requeued before
-        is passed over, and not in the ids returned (two requeues of one record at once may both name it: it
-        goes in once). An id not among the newest ``REQUEUE_SCAN`` dead entries, or whose entry is gone, is left
-        out."""
+        is passed over, however long ago, and not in the ids returned (two requeues of one record at once may both
+        name it: it goes in once). An id not among the newest ``REQUEUE_SCAN`` dead entries, whose dead record
+        names no work entry (not ``requeuable``), or whose entry is gone, is left out."""
         wanted = {outcome.value for outcome in chosen}
         with store_call():
             letters = self._requests(self._latest_dead(wanted, None if ids is None else set(ids)))
@@ -138,15 +142,25 @@ class ClusterPanel:
             log.info("%d dead letters requeued into %s from the cluster console", len(fresh), self._work.stream)
         return [item.id for item, _ in fresh]
 
-    def _page(self, found: list[tuple[str, dict]], after: str | None) -> Page:
-        """The page of the dead records ``found``, each ``under_way`` once it was requeued, and the cursor
-        ``after`` of the next. Called inside ``store_call``."""
-        records = [record for _, record in found]
-        requeued = self._requeued(records)
-        return Page([{**dead_item(record), "under_way": done} for record, done in zip(records, requeued)], after)
+    def _page(self, found: list[tuple[str, dict, bool]], after: str | None) -> Page:
+        """The page of the dead records ``found``, each ``under_way`` once it was requeued and ``requeuable``
+        where it names its work entry (one written before dead records did cannot be: its request is not in the
+        store), and the cursor ``after`` of the next. Called inside ``store_call``."""
+        requeued = self._requeued(record for _, record, _ in found)
+        return Page([{**dead_item(record), "under_way": done, "requeuable": names_entry}
+                     for (_, record, names_entry), done in zip(found, requeued)], after)
+
+    def _registered(self, key: str) -> bool:
+        """Whether ``key`` is the short id of a key some member registered (a command refused for it is a 409, for
+        another a 404)."""
+        if len(key) != SHORT_ID:
+            return False
+        with store_call():
+            ids = self._store.hkeys(self._keyspace.key_names)
+        return any(registered[:SHORT_ID] == key for registered in ids)
 
     def _requeued(self, records: Iterable[dict]) -> list[bool]:
-        """Whether each dead record was requeued (its once-key is set), in one round trip."""
+        """Whether each dead record was ever requeued (its once-key, kept for good, is set), in one round trip."""
         checks = self._store.pipeline(transaction=False)
         for record in records:
             checks.exists(self._work.requeued(record["id"], record.get("finished")))

@@ -295,8 +295,10 @@
     }
     const requeue = $('[data-action="requeue"]', row);
     requeue.dataset.outcome = item.outcome;
-    requeue.disabled = Boolean(item.under_way);
-    requeue.title = item.under_way ? "Sent again already" : "";
+    requeue.disabled = Boolean(item.under_way) || item.requeuable === false;  // requeuable: the cluster console's
+    requeue.title = item.under_way ? "Sent again already"
+      : item.requeuable === false ? "Its request is not in the store: its dead record names no work entry"
+      : "";
     setField(row, "outcome", item.outcome);
     setField(row, "detail", item.detail);
     setField(row, "at", at(item.at));
