@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 #: Stop reasons whose queued work (when it is not kept for the next run) is buried as another outcome
 #: than a plain shutdown; the stop reason is the burial's detail.
 _DRAIN_OUTCOMES = {StopReason.ALL_KEYS_RETIRED: FinalOutcome.KEY_BLOCKED,
+                   StopReason.LAST_KEY_RETIRED: FinalOutcome.SHUTDOWN,
                    StopReason.ENDPOINT_NOT_FOUND: FinalOutcome.SHUTDOWN}
 
 #: Makes the connection one worker thread of a key sends through.
@@ -310,10 +311,15 @@ class Daemon:
         self.request_stop(StopReason.DRAINED)
 
     def retire_key(self, key: ApiKey, last: bool = False) -> None:
-        """The operator's retirement of ``key`` for the rest of the run: what it has in flight finishes, it sends
-        nothing more, its workers end and the other keys take the queue. The last key that may send is retired only
-        when ``last`` says so: the daemon then stops as when every key is retired (exit code 3). Raises
-        KeyCommandRefused for a key retired for good already, or the last key without ``last``."""
+        """The operator's retirement of ``key`` for the rest of the run: what it has in flight finishes (a send in
+        doubt is still settled), it sends nothing more, its workers wait idle and the other keys take the queue.
+        The last key that may send is retired only when ``last`` says so: the daemon then stops (exit code 3), what
+        it did not send recorded as for any stop of the operator's (``shutdown``). Raises KeyCommandRefused for a
+        key retired for good already, one other daemons drive too (the pool refuses), or the last key without
+        ``last``."""
+        refused = self.keys.retire_refused(key)
+        if refused is not None:
+            raise KeyCommandRefused(refused)
         with self._control_lock:
             why = key.retired_because
             if why is not None and why.final:
@@ -426,7 +432,7 @@ class Daemon:
         """One key's part of ``status()`` (``banned``: whether the host is banned, if already read)."""
         limiter = key.limiter.state()
         condition = KeyCondition.of(key.retired_because, limiter.held, self.ban.active if banned is None else banned,
-                                    owned=key.may_send(), paused=PausedBy.OPERATOR in limiter.paused_by)
+                                    owned=key.may_send(), paused=key.paused)
         return KeyStatus(key.name, limiter.window, limiter.order_latency, condition, key.strikes, limiter.remaining,
                          id=key.id, held_for=limiter.held_for)
 
@@ -442,7 +448,9 @@ class Daemon:
             log.error("%s: it was the only key, nothing can be sent%s", what, left)
         else:
             log.error("%s: every API key is retired, nothing can be sent%s", what, left)
-        self.request_stop(StopReason.ALL_KEYS_RETIRED)
+        # The operator's retirement of the last key is a stop of the operator's, not the keys' refusal.
+        self.request_stop(StopReason.LAST_KEY_RETIRED if key.retired_because is RetireReason.OPERATOR
+                          else StopReason.ALL_KEYS_RETIRED)
 
     def _on_thread_failed(self, thread: ManagedThread) -> None:
         log.error("thread %s keeps dying: stopping (exit code 1)", thread.name)

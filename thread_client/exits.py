@@ -33,6 +33,8 @@ class StopReason(enum.Enum):
     OUTPUT_FAILED = "an output file is not writable", 1
     ENDPOINT_NOT_FOUND = "endpoint not found", 2
     ALL_KEYS_RETIRED = "all keys retired", 3
+    #: Every key retired, the last by the operator (``{"last": true}``): what was not sent is the operator's stop.
+    LAST_KEY_RETIRED = "the operator retired the last key", 3
     NEVER_REACHED = "never reached the exchange", 4
     #: A member's store does not answer at start: not a bad setting (a supervisor starts it again later).
     STORE_NOT_REACHED = "the store did not answer at start", 4

@@ -116,7 +116,7 @@ def test_a_key_paused_from_the_console_is_flagged_in_the_store_for_every_member(
 def test_retire_and_unpark_are_refused_for_a_registered_key_and_not_found_for_an_unknown_one(group):
     _, _, router = group
     short = key_id(DEFAULT_KEYS[0])[:SHORT_ID]
-    for command, words in (("retire", "retired on the members"), ("unpark", "fresh count of its own")):
+    for command, words in (("retire", "every member's keys file"), ("unpark", "fresh count of its own")):
         code, refused = ask(router, "POST", f"/api/v1/keys/{short}/{command}")
         assert code == 409 and words in refused["error"]
         assert ask(router, "POST", f"/api/v1/keys/000000000000/{command}") == (404, {"error": "no key 000000000000"})

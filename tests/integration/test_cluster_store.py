@@ -9,6 +9,7 @@ import json
 import pytest
 
 from conftest import KEYS, FakeClock, wait_for
+from fakes import ScriptedTransport
 from thread_client.cluster.address import StoreAddress, store_call
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.clock import Clock, monotonic
@@ -18,10 +19,14 @@ from thread_client.cluster.members import Membership
 from thread_client.cluster.nonce_blocks import NonceBlocks
 from thread_client.cluster.scripts import Scripts
 from thread_client.defaults import LATE_ANSWER_CAP
-from thread_client.config import default_state_dir
-from thread_client.errors import KeyNotHeld, StoreUnavailable
-from thread_client.limits.keys import KeyPacing, RetireReason
+from thread_client.config import Config, default_state_dir
+from thread_client.daemon import Daemon
+from thread_client.errors import KeyCommandRefused, KeyNotHeld, StoreUnavailable
+from thread_client.io.graveyard import Graveyard
+from thread_client.io.sources import SyntheticSource
+from thread_client.limits.keys import KeyPacing, RetireReason, Strike
 from thread_client.limits.scopes import RuleScopes
+from thread_client.policy.retry import RetryPolicy
 
 NAMES = Keyspace("test").key(KEYS[0])
 QUIET = 2.0  # a window plus the unanswered hold
@@ -216,13 +221,13 @@ def test_strikes_live_with_the_key_in_the_store_and_a_key_at_its_budget_is_not_u
     first = leased_pool(valkey, "a", strike_budget=3)
     first._round()  # the only member: it takes the key
     key = next(iter(first))
-    assert first.held() and key.strike() == (1, 1) and key.strike() == (2, 2)
+    assert first.held() and key.strike() == Strike(1, 1, unparks=0) and key.strike() == Strike(2, 2, unparks=0)
     first.release()
     second = leased_pool(valkey, "b", strike_budget=3)
     second._round()
     key = next(iter(second))
     assert second.held() and key.lifetime_strikes == 2 and key.retired_because is None
-    assert key.strike() == (1, 3)  # one in this run, three in the key's life
+    assert key.strike() == Strike(1, 3, unparks=0)  # one in this run, three in the key's life
     second.release()
     third = leased_pool(valkey, "c", strike_budget=3)
     third._round()
@@ -332,3 +337,46 @@ def test_each_take_of_a_lease_is_counted_and_a_refused_one_is_not(valkey):
     second.release()
     first.acquire()
     assert (first.takes, second.takes) == (2, 1)  # three holders in turn: the key changed hands twice
+
+
+def test_a_member_refuses_to_retire_a_shared_key_which_another_member_would_go_on_sending_on(valkey, tmp_path):
+    """Retired on one member, a shared key is only handed to another (a keeper lets go of a retired key) while the
+    command answers ``retired``: the member's control API refuses it (409), naming the way that stops the key on
+    every member."""
+    pool = leased_pool(valkey, "a")
+    pool._round()  # the only member: it takes the key
+    key = next(iter(pool))
+    daemon = Daemon(Config(threads_per_key=1, state_dir=str(tmp_path / "state")), source=SyntheticSource(),
+                    graveyard=Graveyard(None), keys=pool, transports=lambda key: ScriptedTransport([]),
+                    policy=RetryPolicy())
+    try:
+        with pytest.raises(KeyCommandRefused, match="cluster console"):
+            daemon.retire_key(key, last=True)
+        pool._round()
+        assert key.retired_because is None and pool.held() and daemon.stop_latch.reason is None
+    finally:
+        pool.release()
+
+
+def test_the_cluster_console_s_pause_and_a_member_s_own_are_lifted_each_by_its_own_resume(valkey):
+    """A member's operator pauses a key on its own control API, the cluster console pauses and resumes it: the
+    member's pause stays. And the other way round: the member's resume leaves the console's pause."""
+    pool = leased_pool(valkey, "m1")
+    store, flags = valkey.client(), Keyspace("test").paused
+    key = next(iter(pool))
+    try:
+        key.pause()  # the member's own control API
+        store.hset(flags, key.id, "1")  # the cluster console's pause ...
+        pool._round()
+        store.hdel(flags, key.id)  # ... and its resume
+        pool._round()
+        assert key.paused, "the member's own pause was lifted by the cluster console's resume"
+        key.resume()
+        assert not key.paused
+        store.hset(flags, key.id, "1")
+        pool._round()
+        key.resume()  # the member's own resume, with nothing of its own to lift
+        assert key.paused, "the member's own resume lifted the cluster console's pause"
+    finally:
+        pool.release()
+

@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import stat
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import FakeClock
 from thread_client.config import Config
+from thread_client.control import console
 from thread_client.control.dead import DeadLetters, Page
 from thread_client.control.feed import RECENT_ERRORS, ConsoleFeed
 from thread_client.control.routes import NoResults, Router
 from thread_client.control.token import control_token
 from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import ConfigError, KeyCommandRefused, KeyPaused, RequeueRefused
+from thread_client.exits import StopReason
 from thread_client.flow.listener import Listener, Listeners
 from thread_client.io.resume import ResumePoint
 from thread_client.limits.keys import RetireReason
@@ -27,6 +30,8 @@ from thread_client.observe.status import KeyCondition
 from thread_client.policy.answers import Outcome
 from thread_client.request import FinalOutcome
 from thread_client.requeue import DEAD, REQUEUABLE
+from thread_client.stop_latch import StopLatch
+from thread_client.threads import ManagedThread
 
 TOKEN = "s3cret-token"
 
@@ -340,3 +345,27 @@ def test_a_control_host_other_machines_reach_is_refused_without_a_token_file_bef
         Config(url="http://127.0.0.1:9", control_port=0, control_host="0.0.0.0", state_dir=str(tmp_path / "state"))
     assert not (tmp_path / "state").exists()
     Config(url="http://127.0.0.1:9", control_port=0, control_host="0.0.0.0", control_token_file=str(tmp_path / "t"))
+
+
+def test_the_cluster_console_stops_for_a_thread_that_kept_dying_when_its_server_dies_for_good(monkeypatch):
+    """Its serving thread dies past its restarts: the console stops with that reason (exit 1), a ``StopReason``
+    like every other stop."""
+    requested: list[object] = []
+
+    class Latch(StopLatch):
+        def catch_signals(self, *signals: object) -> None:  # the test's process keeps its own handlers
+            pass
+
+        def request(self, reason: StopReason) -> bool:
+            requested.append(reason)
+            return super().request(reason)
+
+    class Dying(ManagedThread):
+        def work(self) -> None:
+            raise RuntimeError("the server's loop broke")
+
+    thread = Dying("control-http")
+    monkeypatch.setattr(console, "StopLatch", Latch)
+    assert console._serve(SimpleNamespace(threads=lambda: [thread], close=lambda: None), "console", "started") == 1
+    thread.join(5)
+    assert not thread.is_alive() and requested == [StopReason.THREAD_FAILED]

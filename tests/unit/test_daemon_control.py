@@ -17,6 +17,7 @@ from thread_client.daemon import Daemon
 from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import RequeueRefused
 from thread_client.io.graveyard import Graveyard
+from thread_client.io.sources import SyntheticSource
 from thread_client.io.resume import ResumePoint
 from thread_client.limits.keys import HostKeyPool, KeyPacing
 from thread_client.limits.limiter import PausedBy
@@ -32,7 +33,7 @@ def daemon_of(tmp_path, earlier_sends=None, **settings) -> Daemon:
                     **settings)
     keys = HostKeyPool.open(config.keys, state_dir=config.state_dir,
                             pacing=KeyPacing(RuleScopes(config.limit_rules), math.inf, config.http_timeout))
-    return Daemon(config, source=None, graveyard=Graveyard(None), keys=keys, earlier_sends=earlier_sends,
+    return Daemon(config, source=SyntheticSource(), graveyard=Graveyard(None), keys=keys, earlier_sends=earlier_sends,
                   transports=lambda key: ScriptedTransport([]), policy=RetryPolicy())
 
 

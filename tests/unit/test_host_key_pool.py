@@ -1,9 +1,11 @@
-"""A host-mode daemon's keys across a stop: the sends still in doubt when it stops (watched for a late answer, or
-abandoned in flight) are written down per key, and the next run on the state dir holds the key until the exchange
-can no longer count them (seed 9307: a daemon restarted while the exchange was frozen with its sends)."""
+"""A host-mode daemon's keys across a stop: the sends still in doubt when it stops (watched for a late answer,
+abandoned in flight, reset after they left) are written down per key, and the next run on the state dir holds the
+key until the exchange can no longer count them, and so every key sharing a limit state with it (seed 9307: a
+daemon restarted while the exchange was frozen with its sends)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -12,11 +14,13 @@ from conftest import KEY, KEYS, FakeClock
 from thread_client.errors import ConfigError
 from thread_client.limits.host_state import KeyState
 from thread_client.limits.keys import HostKeyPool, KeyPacing, mask
+from thread_client.limits.rules import LimitRule
 from thread_client.limits.scopes import RuleScopes
 
 CAP = 10.0  # the late-answer watch's cap
 WINDOW = 1.0  # the ring's window: the limits' memory
 BOUND = CAP + WINDOW  # the longest a send in doubt may weigh in the server's limits after its timeout
+UNANSWERED_HOLD = 4.0  # how long after a send reset the limiter takes it as possibly stamped
 
 
 @pytest.fixture
@@ -29,10 +33,11 @@ def open_pool(tmp_path, clock, wall):
     """Open a pool on the test's state dir, as a run of the daemon does; every pool is released after the test."""
     pools: list[HostKeyPool] = []
 
-    def start(secrets: list[str] = [KEY]) -> HostKeyPool:
-        pool = HostKeyPool.open(secrets, state_dir=str(tmp_path), pacing=KeyPacing(RuleScopes.ring(5, WINDOW), 0.0, 1.0,
+    def start(secrets: list[str] = [KEY], scope: str = "key", accounts: list[str] = []) -> HostKeyPool:
+        limits = RuleScopes((dataclasses.replace(LimitRule.ring(5, WINDOW), scope=scope),))
+        pool = HostKeyPool.open(secrets, state_dir=str(tmp_path), pacing=KeyPacing(limits, 0.0, UNANSWERED_HOLD,
                                                                                   clock=clock),
-                                late_answer_cap=CAP, wall=wall)
+                                accounts=accounts, late_answer_cap=CAP, wall=wall)
         pools.append(pool)
         return pool
 
@@ -54,7 +59,7 @@ def test_the_record_of_a_stop_is_durable_read_back_rounded_up_and_garbage_is_ref
     assert sorted(path.suffix for path in tmp_path.iterdir()) == [".stamped"]  # no temporary file left behind
     (record,) = tmp_path.glob("*.stamped")
     record.write_text("12 o'clock\n")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"holds \"12 o'clock\", not a whole number of milliseconds"):
         state.read_stamped_until()
 
 
@@ -96,6 +101,44 @@ def test_a_send_its_worker_abandons_in_flight_at_the_stop_counts_from_the_stop(o
     assert again.limiter.state().held_for == pytest.approx(BOUND, abs=0.002)
 
 
+def test_a_send_reset_after_it_left_holds_the_next_run_until_its_unanswered_hold_and_a_window(open_pool, clock, wall):
+    """Reset after it left (or timed out with no connection to watch), a send is taken by the limiter as stamped up
+    to the unanswered hold from then, its slot free a window after that; at the stop it is neither in flight nor
+    watched, yet the exchange may still count it."""
+    first = open_pool()
+    (key,) = first
+    permit = key.limiter.acquire()
+    advance(1.0, clock, wall)
+    key.limiter.release(permit, answered_at=None)  # the worker's path for a reset after the send
+    advance(2.0, clock, wall)
+    first.release()
+    (again,) = open_pool()
+    assert again.limiter.state().held_for == pytest.approx(UNANSWERED_HOLD + WINDOW - 2.0, abs=0.002)
+
+
+@pytest.mark.parametrize("scope, accounts, held", [
+    ("host", ["a", "a", "b"], [BOUND, BOUND, BOUND]),
+    ("account", ["a", "a", "b"], [BOUND, BOUND, 0.0]),
+    ("account", ["", "", ""], [BOUND, 0.0, 0.0]),  # a key with no account is its own
+    ("key", ["a", "a", "b"], [BOUND, 0.0, 0.0]),
+], ids=["host", "account", "no account", "key"])
+def test_a_send_in_doubt_at_the_stop_holds_the_next_run_of_every_key_sharing_a_limit_state_with_its_key(
+    open_pool, clock, caplog, scope, accounts, held
+):
+    """The send counts in every state its key spends from: a sharer that spent the whole shared budget at the next
+    start would be struck by its late stamp."""
+    first = open_pool(KEYS[:3], scope=scope, accounts=accounts)
+    in_doubt = next(iter(first))
+    in_doubt.limiter.acquire()
+    in_doubt.watch_started(clock())  # timed out into a frozen exchange, watched at the stop
+    first.release()
+    second = open_pool(KEYS[:3], scope=scope, accounts=accounts)
+    assert [key.limiter.state().held_for for key in second] == [pytest.approx(each, abs=0.002) for each in held]
+    if held[1]:
+        assert (f"{mask(KEYS[1])}: first send in 11.0 s: the last run on this state dir stopped with sends on "
+                f"{mask(KEYS[0])} (which shares a limit with it) unanswered") in caplog.text
+
+
 def test_only_the_keys_with_sends_in_doubt_are_held_and_a_passed_record_changes_nothing(open_pool, clock, wall, caplog):
     first = open_pool(KEYS[:2])
     in_doubt, answered = first
@@ -129,6 +172,18 @@ def test_a_record_not_a_number_or_past_the_bound_holds_the_bound_and_is_replaced
     assert key.limiter.state().held_for == pytest.approx(BOUND, abs=0.002)
     assert "first send in 11.0 s" in caplog.text
     assert KeyState(tmp_path, KEY, mask(KEY)).read_stamped_until() == pytest.approx(wall() + BOUND, abs=0.002)
+
+
+def test_a_record_not_a_number_is_logged_in_its_own_words_not_with_the_advice_for_a_nonce_mark(
+    open_pool, tmp_path, caplog
+):
+    KeyState(tmp_path, KEY, mask(KEY)).write_stamped_until(0.0)
+    (path,) = tmp_path.glob("*.stamped")
+    path.write_text("garbage\n")
+    open_pool()
+    assert (f"{mask(KEY)}: {path} holds 'garbage', not a whole number of milliseconds: taken as the longest the last "
+            "run's unanswered sends may count (11.0 s), and rewritten") in caplog.text
+    assert "remove it" not in caplog.text
 
 
 def test_a_record_the_state_dir_refuses_at_the_stop_is_logged_and_the_key_let_go(open_pool, tmp_path, clock, caplog):

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from conftest import FakeClock
-from thread_client.errors import LimiterClosed, LimiterTimeout
+from thread_client.errors import KeyPaused, LimiterClosed, LimiterTimeout
 from thread_client.limits.order_rule import OrderRule
-from thread_client.limits.limiter import ThreadSafeRateLimiter
+from thread_client.limits.limiter import PausedBy, ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 
 
@@ -78,6 +78,19 @@ def test_unanswered_request_holds_its_slot_longer(clock):
     lim = limiter(clock, rate=1, unanswered_hold=1.0)
     lim.release(lim.acquire(timeout=0), answered_at=None)
     assert delay_of(lim) == pytest.approx(2.001)
+
+
+def test_the_limiter_knows_until_when_the_sends_it_took_back_unanswered_may_be_stamped(clock):
+    """What weighs in the server's limits beyond the sends in flight, which a stop must record: the latest
+    unanswered hold; an answer or a cancel sets none."""
+    lim = limiter(clock, unanswered_hold=1.0)
+    assert lim.unanswered_until == -math.inf
+    reset, answered = lim.acquire(timeout=0), lim.acquire(timeout=0)
+    lim.release(reset, answered_at=None)
+    clock.advance(0.5)
+    lim.release(answered, answered_at=clock())
+    lim.cancel(lim.acquire(timeout=0))
+    assert lim.unanswered_until == clock() - 0.5 + 1.0
 
 
 def test_order_rule_waits_for_the_answer_or_the_order_latency(clock):
@@ -186,6 +199,23 @@ def test_close_wakes_waiters_and_refuses_new_ones():
     assert not waiter.is_alive() and len(outcome) == 1 and isinstance(outcome[0], LimiterClosed)
     with pytest.raises(LimiterClosed):
         lim.acquire(timeout=0)
+
+
+def test_a_pause_hands_back_at_once_what_a_waiter_for_a_fresh_permit_holds():
+    """A worker waiting in ``acquire`` holds its request: the pause must send it back to the queue now (KeyPaused,
+    the other keys take it), not once the slot it waits for frees (here a minute away)."""
+    probe = WaitProbe()
+    lim = ThreadSafeRateLimiter(1, window=60, order_latency=0.0, clock=probe)
+    lim.release(lim.acquire(), answered_at=probe())
+    waiter, outcome = waiting(lim.acquire, probe)
+    assert waiter.is_alive() and outcome == []  # blocked: the only slot is 60 s away
+    lim.pause(PausedBy.OPERATOR)
+    waiter.join(5)
+    still_waiting = waiter.is_alive()
+    lim.close()  # frees the waiter if the pause did not
+    waiter.join(5)
+    assert not still_waiting, "the pause left the waiter waiting for its slot"
+    assert len(outcome) == 1 and isinstance(outcome[0], KeyPaused)
 
 
 def test_a_waiting_key_never_stalls_another_key():

@@ -152,7 +152,7 @@ def test_every_outcome_of_every_key_is_declared_at_zero_before_it_happens():
     (None, True, False, KeyCondition.HELD),
     (None, True, True, KeyCondition.BANNED),
     (RetireReason.PARKED, True, True, KeyCondition.PARKED),
-    (RetireReason.STRIKE_BUDGET_SPENT, False, False, KeyCondition.PARKED),
+    (RetireReason.STRIKE_BUDGET_SPENT, False, False, KeyCondition.BLOCKED),  # for good: no un-park
     (RetireReason.KEY_BLOCKED, False, True, KeyCondition.BLOCKED),
     (RetireReason.OUTPUT_FAILED, False, False, KeyCondition.BLOCKED),
     (RetireReason.OPERATOR, False, True, KeyCondition.RETIRED),  # no block: the alert on blocked keys stays quiet

@@ -147,12 +147,21 @@ def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_
     r.assert_clean()
 
 
-@pytest.mark.parametrize("by", [PausedBy.OPERATOR, PausedBy.DAEMON], ids=lambda by: by.value)
-def test_a_pause_while_a_send_is_in_doubt_lets_its_status_asks_through(by):
-    """A pause stops new work, never the settling of a send already out: the order may have been placed, and
-    only the asks can tell (a pause that ended it ``unknown`` left a possible order unaccounted for)."""
+#: The operator's commands that stop a key's new work while a send on it may be in doubt.
+STOPS_NEW_WORK = {
+    "key-paused": lambda key: key.pause(),
+    "daemon-paused": lambda key: key.limiter.pause(PausedBy.DAEMON),
+    "key-retired": lambda key: key.retire(RetireReason.OPERATOR),
+}
+
+
+@pytest.mark.parametrize("command", STOPS_NEW_WORK.values(), ids=STOPS_NEW_WORK.keys())
+def test_a_pause_or_a_retirement_while_a_send_is_in_doubt_lets_its_status_asks_through(command):
+    """The operator's pause or retirement stops new work, never the settling of a send already out: the order
+    may have been placed, and only the asks can tell (ending it ``unknown`` left a possible order unaccounted
+    for)."""
     def paused_while_out(*_: object) -> object:
-        r.key.limiter.pause(by)  # the operator pauses the key (or the daemon) while this send is out
+        command(r.key)  # the operator pauses the key (or the daemon), or retires the key, while this send is out
         return EXECUTION_UNKNOWN
 
     r = rig(paused_while_out, found("r1"), delivery=EXACTLY_ONCE)

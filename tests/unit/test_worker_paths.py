@@ -408,6 +408,26 @@ def test_exactly_once_a_key_retired_during_the_send_leaves_it_unknown_and_never_
     rig.assert_clean()
 
 
+@pytest.mark.parametrize("command", ["pause", "retire"])
+def test_exactly_once_the_operator_s_pause_or_retirement_during_the_send_lets_it_be_settled(command):
+    """The send times out and the operator pauses (or retires) the key meanwhile: what the key has in flight
+    finishes, so its nonce is sent again and the 400 proves the first copy accepted (a retirement that cut the
+    settle left it ``unknown``: a dead letter only requeued at the risk of a double)."""
+    def operator(call):
+        if command == "pause":
+            rig.key.pause()
+        else:
+            assert rig.key.retire(RetireReason.OPERATOR)
+        return AnswerTimedOut("timed out")
+
+    rig = Rig(operator, invalid_nonce(), delivery=EXACTLY_ONCE)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST, FIRST], "the send in doubt was never asked again"
+    assert rig.queues.graveyard.by_outcome() == {} and rig.queues.counts().accepted == 1
+    rig.assert_clean()
+
+
 # -- at-least-once: a stale connection resends its nonce once, anything else takes a fresh one ----
 
 

@@ -26,6 +26,7 @@ from .. import defaults
 from ..errors import ConfigError, StoreUnavailable
 from ..limits.host_state import KeyState
 from ..limits.keys import ApiKey, BaseKeyPool, KeyPacing, RetireReason, shown_names
+from ..limits.limiter import PausedBy
 from ..threads import LoopThread, ManagedThread
 from .address import StoreAddress, store_call
 from .keyspace import KeyNames, Keyspace
@@ -188,18 +189,26 @@ class LeasedKeyPool(BaseKeyPool):
     def _follow_pauses(self, flagged: set[str]) -> None:
         """The operator's pauses in the store (key ids, ``Keyspace.paused``, set by the cluster console): each key
         flagged there is paused here, owned now or not, so whichever member holds it stops sending on it (what
-        is in flight finishes; its work goes to this member's other keys); one no longer flagged is resumed. The
-        store's flag is applied every round: it holds over a resume from this member's own control API."""
+        is in flight finishes; its work goes to this member's other keys); one no longer flagged is resumed. It is a
+        pause of its own (``PausedBy.CLUSTER``): this member's own control API neither lifts it nor has its own
+        pause lifted by it."""
         for kid, key in self._key_of.items():
             if kid in flagged:
-                key.pause()
                 if kid not in self._paused_here:
+                    key.limiter.pause(PausedBy.CLUSTER)
                     self._paused_here.add(kid)
                     log.warning("%s: key %s paused from the store (the cluster console)", self.member, key.name)
             elif kid in self._paused_here:
                 self._paused_here.discard(kid)
-                key.resume()
+                key.limiter.resume(PausedBy.CLUSTER)
                 log.warning("%s: key %s resumed from the store (the cluster console)", self.member, key.name)
+
+    def retire_refused(self, key: ApiKey) -> str | None:
+        """Every key: retired here, it would only be handed over (the keeper lets go of a retired key) and another
+        member would go on sending on it."""
+        return (f"key {key.name} is shared with the other members of the work stream: retired here, another member "
+                "would take it over and go on sending on it; pause it from the cluster console (thread-client "
+                "console) to stop it on every member, or take it out of every member's keys file")
 
     def _spent(self, key: ApiKey, grant: LeaseGrant) -> bool:
         """Carry on the key's strikes from the store; True (and the key retired here) if they reached the budget."""

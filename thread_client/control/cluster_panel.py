@@ -88,8 +88,8 @@ class ClusterPanel:
     def retire_key(self, key: str, last: bool) -> str | None:
         if not self._registered(key):
             return None
-        raise Unsupported("the cluster console retires no key: a key is retired on the members that drive it (their "
-                          "own control API, or their keys file); pause it here to stop it on every member")
+        raise Unsupported("the cluster console retires no key: pause it here to stop it on every member, or take it "
+                          "out of every member's keys file")
 
     def unpark_key(self, key: str) -> str | None:
         if not self._registered(key):

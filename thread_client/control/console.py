@@ -13,6 +13,7 @@ from ..cluster.address import store_call
 from ..cluster.commands import STORE_HELP, open_work_stream
 from ..config import default_state_dir
 from ..errors import ConfigError, StoreUnavailable
+from ..exits import StopReason
 from ..stop_latch import StopLatch
 from .cluster_panel import ClusterPanel
 from .routes import Router
@@ -75,7 +76,7 @@ def _serve(server: ControlServer, prog: str, started: str) -> int:
     latch = StopLatch()
     latch.catch_signals(signal.SIGINT, signal.SIGTERM)
     [thread] = server.threads()
-    thread.supervise(_MAX_RESTARTS, lambda dead: latch.request("died"))
+    thread.supervise(_MAX_RESTARTS, lambda dead: latch.request(StopReason.THREAD_FAILED))
     try:
         thread.start()
         print(started, flush=True)

@@ -196,10 +196,10 @@ class Worker(ManagedThread):
                                                                   detail=reading.detail))
 
     def _next_request(self) -> Request | None:
-        """Block until this key can send and a request is there; None once there will be none: the key
-        is retired (its limiter closed) or the daemon stops (the queues, the outage gate and the
-        limiter each wake their waiters at once). A key that cannot send (held, paused, parked) takes no work
-        meanwhile."""
+        """Block until this key can send and a request is there; None once there will be none: the key's
+        limiter is closed (retired by the client or the server) or the daemon stops (the queues, the outage gate and the
+        limiter each wake their waiters at once). A key that cannot send (held, paused, parked, retired by the
+        operator) takes no work meanwhile."""
         try:
             while not self._stopping.is_set():
                 if not self.key.may_send():  # a shared key this daemon does not hold now
@@ -378,11 +378,12 @@ class Worker(ManagedThread):
           named, or an outage, costs nothing): an answer no rule reads (a maintenance page served
           as 200) may come for ever, and would hold the key for as long. Once it is spent, ``unknown``.
 
-        A stop lets this finish (the daemon's shutdown grace). It ends ``unknown``, never with a
-        fresh nonce, when the key's limiter closes, its lease ends, it is retired, or anything
-        raises first; the key's order gate then stops waiting on the first copy, so the key can
-        send again (a later nonce can only make a late first copy be refused). What raises after an
-        answer read accepted (a listener, a callback) still ends it accepted.
+        A stop lets this finish (the daemon's shutdown grace), and so do the operator's pause and
+        retirement. It ends ``unknown``, never with a fresh nonce, when the key's limiter closes (retired
+        by the client or the server), it is parked, its lease ends, or anything raises first; the key's
+        order gate then stops waiting on the first copy, so the key can send again (a later nonce can
+        only make a late first copy be refused). What raises after an answer read accepted (a
+        listener, a callback) still ends it accepted.
         """
         try:
             reading = self._ask_until_settled(first, request)
@@ -612,18 +613,21 @@ class Worker(ManagedThread):
                         window, held)
             return
         try:
-            strikes, lifetime = self.key.strike()
+            strike = self.key.strike()
         except (OSError, StoreUnavailable) as exc:  # a strike not remembered would give the next owner a fresh budget
             self._retire_for_output("a rate-limit strike could not be written down", exc)
             return
         log.error("%s: 429 rate limited although the limits forbid it (%s): strike %d of %d this run, %d of %d"
                   " in all runs; key held back, its limits made more careful (first: %.3f s)%s", self.key.name,
-                  reading.detail, strikes, self._policy.max_strikes, lifetime, self._policy.strike_budget, window, held)
-        why = self._policy.parks(strikes, lifetime)
-        if why is not None and self.key.retire(why):
+                  reading.detail, strike.this_run, self._policy.max_strikes, strike.lifetime,
+                  self._policy.strike_budget, window, held)
+        why = self._policy.parks(strike.this_run, strike.lifetime)
+        # A park for a strike counted before the operator's un-park is refused: the un-park gave a fresh budget.
+        if why is not None and self.key.retire(why, strike):
             self._on_key_retired(
-                self.key, f"{strikes} rate-limit strikes this run, {lifetime} in all: another client is likely using"
-                " this key, or the profile's limits (or --rate/--window-ms) are above what the server enforces",
+                self.key, f"{strike.this_run} rate-limit strikes this run, {strike.lifetime} in all: another client is"
+                " likely using this key, or the profile's limits (or --rate/--window-ms) are above what the server"
+                " enforces",
             )
 
     def _acquire(self, request: Request) -> Permit | None:

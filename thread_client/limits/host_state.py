@@ -77,8 +77,14 @@ class KeyState:
 
     def read_stamped_until(self) -> float:
         """Until when (wall-clock seconds) sends of the last run on this key, unanswered at its stop, may still
-        weigh in the server's limits (0 if none is recorded). Raises ValueError if the record is not a number."""
-        return _read_number(self._stamped_path) / 1000
+        weigh in the server's limits (0 if none is recorded). Raises ValueError, naming the file and what it
+        holds, if the record is not a whole number of milliseconds: unlike a nonce mark or a count of strikes,
+        the caller can take it on the safe side and rewrite it."""
+        text = _read_text(self._stamped_path)
+        try:
+            return int(text or 0) / 1000
+        except ValueError:
+            raise ValueError(f"{self._stamped_path} holds {text[:40]!r}, not a whole number of milliseconds") from None
 
     def write_stamped_until(self, until: float) -> None:
         """Record durably that sends unanswered as this run stops may weigh in the server's limits until
@@ -96,13 +102,18 @@ class KeyState:
         _write_durably(self._mark_path, mark)
 
 
+def _read_text(path: Path) -> str:
+    """What a state file holds, white space stripped ("" if it is missing)."""
+    try:
+        return path.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return ""
+
+
 def _read_number(path: Path) -> int:
     """The whole number a state file holds (0 if it is missing or empty); ConfigError, in one line, if it holds
     anything else: the daemon cannot guess a nonce mark or a count of strikes on the safe side."""
-    try:
-        text = path.read_text(errors="replace").strip()
-    except FileNotFoundError:
-        return 0
+    text = _read_text(path)
     try:
         return int(text or 0)
     except ValueError:

@@ -21,7 +21,8 @@ from .timestamps import ServerTimestamps
 from .order_rule import OrderRule
 from .scopes import RuleScopes
 
-__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "KeyPacing", "RetireReason", "key_id", "mask", "shown_names"]
+__all__ = ["ApiKey", "BaseKeyPool", "HostKeyPool", "KeyPacing", "RetireReason", "Strike", "key_id", "mask",
+           "shown_names"]
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,30 @@ class RetireReason(enum.Enum):
         return self is not RetireReason.PARKED
 
 
+#: The retirements that pause the key's limiter instead of closing it: a park, which the operator may lift, and the
+#: operator's own retirement, which lets a send already out be settled (what it has in flight finishes).
+_PAUSED_AS = {RetireReason.PARKED: PausedBy.PARKED, RetireReason.OPERATOR: PausedBy.RETIRED}
+#: The operator's pauses of one key: from the daemon's own control API, and from the cluster console.
+_OPERATOR_PAUSES = frozenset({PausedBy.OPERATOR, PausedBy.CLUSTER})
+
+
+@dataclass(frozen=True, slots=True)
+class Strike:
+    """One unexplained 429 as counted: the key's strikes in this run and in all runs (every member's, for a
+    shared key) with it, and the un-parks of the key before it (which strike budget of this run it counts in)."""
+
+    this_run: int
+    lifetime: int
+    unparks: int
+
+
 class ApiKey:
-    """Shared by the worker threads of one key. Retiring is final and closes the limiter, which wakes every
-    worker waiting on it; parking pauses it (``PausedBy.PARKED``: nothing at all leaves it) until ``unpark``,
-    and the operator's ``pause`` until ``resume``. ``id`` identifies the key; ``name`` shows it; ``account``: the
-    keys file's account of it ("": none, it is its own)."""
+    """Shared by the worker threads of one key. Retiring is final: the server's refusals (and a spent strike
+    budget, a failed output) close the limiter, which wakes every worker waiting on it; the operator's pauses it
+    for good (``PausedBy.RETIRED``: what it has in flight finishes, a send in doubt is still settled). Parking
+    pauses it (``PausedBy.PARKED``: nothing at all leaves it) until ``unpark``, and the operator's ``pause`` until
+    ``resume``. ``id`` identifies the key; ``name`` shows it; ``account``: the keys file's account of it ("": none,
+    it is its own)."""
 
     def __init__(
         self, secret: str, limiter: ThreadSafeRateLimiter, may_send: Callable[[], bool] = lambda: True, *,
@@ -89,11 +109,12 @@ class ApiKey:
         # the bytes of its send left): the key's other threads are in an exchange or parked on it, woken one at
         # a time, and the key's nonces leave in the order they were drawn.
         self.turn = threading.Lock()
-        # Guards _retired_because (and the limiter's pause or close that goes with it), the strike counts and
-        # _watched; a key is retired for good at most once, parked while it is not.
+        # Guards _retired_because (and the limiter's pause or close that goes with it), the strike counts, _unparks
+        # and _watched; a key is retired for good at most once, parked while it is not.
         self._lock = threading.Lock()
         self._retired_because: RetireReason | None = None
         self._strikes = 0
+        self._unparks = 0  # each gives the key a fresh strike budget for this run
         self._lifetime_strikes = strikes_before  # this run's and every earlier run's (the server forgets none)
         # Called once per strike with the lifetime count after it, before the strike is acted on (it is durable
         # then); one call at a time, so the count remembered last is never a smaller one. Returns the lifetime
@@ -123,20 +144,19 @@ class ApiKey:
         """Unexplained 429s in this run and every earlier one that kept its state here."""
         return self._lifetime_strikes
 
-    def strike(self) -> tuple[int, int]:
-        """Count one unexplained 429 on this key and remember it across runs; returns the counts so
-        far, in this run and in all runs (every member's, for a shared key). Raises OSError (a file)
-        or StoreUnavailable (the shared store) if the count could not be made durable (it is counted
-        in this run all the same)."""
+    def strike(self) -> Strike:
+        """Count one unexplained 429 on this key and remember it across runs; returns it as counted (the
+        park it may call for is ``retire``'s, with it). Raises OSError (a file) or StoreUnavailable (the
+        shared store) if the count could not be made durable (it is counted in this run all the same)."""
         with self._lock:
             self._strikes += 1
             self._lifetime_strikes += 1
-            strikes = self._strikes
+            strikes, unparks = self._strikes, self._unparks
         with self._remembering:
             with self._lock:
                 latest = self._lifetime_strikes
             remembered = self._remember_strikes(latest)
-        return strikes, self.carry_strikes(remembered)
+        return Strike(strikes, self.carry_strikes(remembered), unparks)
 
     def carry_strikes(self, lifetime: int) -> int:
         """Take on the lifetime count the key's durable record holds (a shared key's, when its lease is
@@ -171,8 +191,9 @@ class ApiKey:
 
     @property
     def paused(self) -> bool:
-        """Paused by the operator (the daemon's own pause is the daemon's to show)."""
-        return PausedBy.OPERATOR in self.limiter.paused_by
+        """Paused by the operator, here or from the cluster console (the daemon's own pause is the daemon's to
+        show)."""
+        return bool(self.limiter.paused_by & _OPERATOR_PAUSES)
 
     def pause(self) -> None:
         """The operator's pause: what the key has in flight finishes, it sends nothing more and takes no work (the
@@ -183,18 +204,22 @@ class ApiKey:
         """Lift the operator's pause. Idempotent; a retired key stays retired."""
         self.limiter.resume(PausedBy.OPERATOR)
 
-    def retire(self, reason: RetireReason) -> bool:
-        """Stop using this key: for good (its limiter closed), or parked (``RetireReason.PARKED``: its limiter
-        paused, what it has in flight finishes). True for the call that retired it; a parked key may still be
+    def retire(self, reason: RetireReason, strike: Strike | None = None) -> bool:
+        """Stop using this key: for good, or parked (``RetireReason.PARKED``, for ``strike``: refused if an
+        un-park since gave the key a fresh budget). The operator's retirement and a park pause its limiter (what it
+        has in flight finishes), any other closes it. True for the call that retired it; a parked key may still be
         retired for good, nothing else changes a retirement."""
         with self._lock:
             if self._retired_because is not None and (self._retired_because.final or not reason.final):
                 return False
+            if not reason.final and strike is not None and strike.unparks != self._unparks:
+                return False
             self._retired_because = reason
-            if reason.final:
+            paused_by = _PAUSED_AS.get(reason)
+            if paused_by is None:
                 self.limiter.close()
             else:
-                self.limiter.pause(PausedBy.PARKED)
+                self.limiter.pause(paused_by)
         return True
 
     def unpark(self) -> bool:
@@ -206,6 +231,7 @@ class ApiKey:
                 return False
             self._retired_because = None
             self._strikes = 0
+            self._unparks += 1
             self.limiter.resume(PausedBy.PARKED)
         return True
 
@@ -236,6 +262,10 @@ class BaseKeyPool:
     @property
     def all_retired(self) -> bool:
         return all(key.retired_because is not None for key in self._keys)
+
+    def retire_refused(self, key: ApiKey) -> str | None:
+        """Why the operator may not retire ``key`` on this process (None: it may, as here: no other drives it)."""
+        return None
 
     def start(self) -> None:
         """Begin whatever keeps the keys usable (nothing here)."""
@@ -292,21 +322,22 @@ class HostKeyPool(BaseKeyPool):
     """Keys driven by this process alone on this host: each is locked in the state dir for the life of
     the process (a second daemon on the same key is refused), its nonces start above its durable mark,
     its strikes are remembered across runs, and so is until when the sends a run left unanswered at its
-    stop may weigh in the server's limits: the next run holds the key until then (as a shared key's next
-    owner waits, ``LeasedKeyPool``).
+    stop may weigh in the server's limits: the next run holds the key, and every key sharing a limit state
+    with it, until then (as a shared key's next owner waits, ``LeasedKeyPool``).
 
-    ``stamps_last``: from a send's timeout, how long its stamp may weigh in the server's limits: the
-    late-answer watch's cap, then the limits' memory. ``wall``: the clock of the records (they outlive the
-    process, and its monotonic clock with it).
+    ``late_answer_cap``: from a send's timeout, how long it may be stamped (the late-answer watch's cap);
+    ``memory``: how long a stamp then weighs in the server's limits. ``wall``: the clock of the records (they
+    outlive the process, and its monotonic clock with it).
     """
 
     def __init__(
-        self, keys: Iterable[ApiKey], states: Iterable[KeyState], *, stamps_last: float, clock: Clock = monotonic,
-        wall: Clock = time.time,
+        self, keys: Iterable[ApiKey], states: Iterable[KeyState], *, late_answer_cap: float, memory: float,
+        clock: Clock = monotonic, wall: Clock = time.time,
     ) -> None:
         super().__init__(keys)
         self._states = tuple(states)
-        self._stamps_last = stamps_last
+        self._late_answer_cap = late_answer_cap
+        self._memory = memory
         self._clock = clock
         self._wall = wall
         self._released = False
@@ -325,13 +356,18 @@ class HostKeyPool(BaseKeyPool):
         """Lock each key in ``state_dir`` (KeyInUse if another process holds one; then none is kept)
         and give it a limiter as ``pacing`` says, whose nonces start above the key's durable mark
         (``accounts``: each key's account, in the order of ``secrets``), held until the sends the last run
-        left unanswered can no longer weigh in the server's limits.
-        ``late_answer_cap``: how long a send that timed out is watched for its late answer (``LateAnswers``)."""
-        stamps_last = late_answer_cap + pacing.limits.memory
+        left unanswered on it, or on a key sharing a limit state with it, can no longer weigh in the server's
+        limits. ``late_answer_cap``: how long a send that timed out is watched for its late answer
+        (``LateAnswers``)."""
+        memory = pacing.limits.memory
+        # The longest a record can rightly reach past the stop: a send timed out then, or reset then.
+        bound = max(late_answer_cap, pacing.unanswered_hold) + memory
+        now = wall()
         secrets = list(secrets)
         account_of = dict(zip(secrets, accounts))
         states: list[KeyState] = []
         keys = []
+        records: list[float] = []  # until when (wall clock) each key's last run may count, as it recorded
         try:
             for secret, name in shown_names(secrets).items():
                 state = KeyState(state_dir, secret, name)
@@ -340,15 +376,15 @@ class HostKeyPool(BaseKeyPool):
                 account = account_of.get(secret, "")
                 # A counter's nonces start above the key's durable mark.
                 limiter = pacing.limiter(name, account, state.reserve, start_above=state.read_mark())
-                key = ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
-                             remember_strikes=state.write_strikes, account=account)
-                _hold_for_last_run(key, state, stamps_last, wall)
-                keys.append(key)
+                keys.append(ApiKey(secret, limiter, name=name, strikes_before=state.read_strikes(),
+                                   remember_strikes=state.write_strikes, account=account))
+                records.append(_last_run_record(state, bound, now))
         except BaseException:
             for state in states:
                 state.unlock()
             raise
-        return cls(keys, states, stamps_last=stamps_last, clock=pacing.clock, wall=wall)
+        _hold_for_last_run(keys, records, pacing.limits, now)
+        return cls(keys, states, late_answer_cap=late_answer_cap, memory=memory, clock=pacing.clock, wall=wall)
 
     def release(self) -> None:
         """Record, for each key with sends still in doubt, until when they may weigh in the server's limits,
@@ -370,31 +406,46 @@ class HostKeyPool(BaseKeyPool):
             state.unlock()
 
     def _stamped_for(self, key: ApiKey, now: float) -> float:
-        """How long from ``now`` the key's sends still in doubt may weigh in the server's limits (0: none is):
-        one watched for its late answer may be stamped until the watch's cap, one in flight unwatched (its
-        worker did not stop in time: the process abandons it) until the cap from now. Every send of this run
-        came after the hold its start read, so this outlasts the last run's record: a key with no send in
-        doubt leaves that record as it is."""
+        """How long from ``now`` the key's sends still in doubt may weigh in the server's limits (0: none is),
+        a stamp weighing the limits' memory: one watched for its late answer may be stamped until the watch's
+        cap, one in flight unwatched (its worker did not stop in time: the process abandons it) until the cap
+        from now, one given back unanswered (reset after it left) until its limiter's unanswered hold. Every
+        send of this run came after the hold its start read, so this outlasts the last run's record: a key with
+        no send in doubt leaves that record as it is."""
         watching, in_flight = key.watching, key.limiter.state().in_flight
         since = now if in_flight > watching else key.watched_since()
-        return 0.0 if since is None else max(0.0, since + self._stamps_last - now)
+        watched_until = -math.inf if since is None else since + self._late_answer_cap
+        return max(0.0, max(watched_until, key.limiter.unanswered_until) + self._memory - now)
 
 
-def _hold_for_last_run(key: ApiKey, state: KeyState, bound: float, wall: Clock) -> None:
-    """Hold ``key`` until the sends its last run left unanswered can no longer weigh in the server's limits, as
-    that run recorded; ``bound`` at most, the longest they can. A record past it (written under a wall clock
-    since set back) or not a number is taken at the bound, the safe side, and replaced with it: the next run
-    reads a true one. OSError if the state dir cannot read or write it (as for the nonce mark)."""
-    now = wall()
+def _last_run_record(state: KeyState, bound: float, now: float) -> float:
+    """Until when (wall-clock seconds) the sends the last run left unanswered on ``state``'s key may weigh in the
+    server's limits, as that run recorded; ``bound`` from ``now`` at most, the longest they can. A record past it
+    (written under a wall clock since set back) or not a number is taken at the bound, the safe side, and
+    replaced with it: the next run reads a true one. OSError if the state dir cannot read or write it (as for
+    the nonce mark)."""
     try:
         until = state.read_stamped_until()
-        why = "the last run on this state dir stopped with sends on it unanswered, which the exchange may count so long"
     except ValueError as exc:
         until = math.inf
-        why = f"the record of the last run's unanswered sends is not a number ({exc}): the longest they may count"
+        log.warning("%s: %s: taken as the longest the last run's unanswered sends may count (%.1f s), and rewritten",
+                    state.name, exc, bound)
     if until > now + bound:
         until = now + bound
         state.write_stamped_until(until)
-    if until > now:
-        key.limiter.hold(until - now)
-        log.warning("%s: first send in %.1f s: %s", key.name, until - now, why)
+    return until
+
+
+def _hold_for_last_run(keys: Sequence[ApiKey], records: Sequence[float], limits: RuleScopes, now: float) -> None:
+    """Hold each key until the latest of ``records`` (each key's, in wall-clock seconds) of itself and of the
+    keys sharing a limit state with it (an account's, the host's): a send in doubt weighs in every state its key
+    spends from, so a sharer that spent a shared budget at once would be struck by its late stamp."""
+    for key in keys:
+        until, by = max(((until, other) for other, until in zip(keys, records)
+                         if other is key or limits.share_state(key.account, other.account)),
+                        key=lambda pair: (pair[0], pair[1] is key))  # its own record first, of equal ones
+        if until > now:
+            key.limiter.hold(until - now)
+            whose = "on it" if by is key else f"on {by.name} (which shares a limit with it)"
+            log.warning("%s: first send in %.1f s: the last run on this state dir stopped with sends %s unanswered, "
+                        "which the exchange may count so long", key.name, until - now, whose)

@@ -53,15 +53,17 @@ _MAX_NONCE_SKIP = 3_600_000_000  # one hour of microseconds
 
 class PausedBy(enum.Enum):
     """Who paused a key: each pause is lifted by its own resume, so resuming the daemon leaves a key the operator
-    paused paused."""
+    paused paused, and the cluster console's resume a key paused on the member's own control API."""
 
-    OPERATOR = "operator"  # this key, from the control API
+    OPERATOR = "operator"  # this key, from the daemon's own control API
+    CLUSTER = "cluster"  # this key, from the cluster console (the store's flag, which the lease keeper follows)
     DAEMON = "daemon"  # every key: the daemon takes no work
+    RETIRED = "retired"  # this key, retired by the operator (``ApiKey.retire``): for the rest of the run, no resume
     PARKED = "parked"  # this key, for its strikes (``ApiKey.retire``, until ``unpark``): not even a send in doubt
 
 
 #: The pauses that still let a send in doubt be settled (a resend of its nonce, a status ask).
-_SETTLING_PASSES = frozenset({PausedBy.OPERATOR, PausedBy.DAEMON})
+_SETTLING_PASSES = frozenset({PausedBy.OPERATOR, PausedBy.CLUSTER, PausedBy.DAEMON, PausedBy.RETIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,7 @@ class ThreadSafeRateLimiter:
         self._looking_threads = 0  # threads in acquire() or wait_ready(); read without the lock by _wake
         self._order_open_at = -math.inf
         self._held_until = -math.inf
+        self._unanswered_until = -math.inf  # the latest a send given back unanswered may be stamped
         self._sequence = 0
         self._last_sent_at = -math.inf  # the latest first send's departure, and whether it is answered yet
         self._last_answered = True
@@ -283,10 +286,10 @@ class ThreadSafeRateLimiter:
         send on the key has left since. Raises LimiterTimeout as soon as no slot can free within
         ``timeout`` seconds (at once if that is already certain), and LimiterClosed if the limiter
         is or gets closed; KeyPaused, at once, for a fresh send while the key is paused. A resend, or a fresh send
-        that is ``settling`` one already out (a status ask), is let through the operator's or the daemon's pause
-        (they stop new work, never the settling of a send that left before it), not through a park: nothing at all
-        leaves a parked key. A fresh nonce's block is reserved first, without the lock (a
-        durable mark, a store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
+        that is ``settling`` one already out (a status ask), is let through the operator's or the daemon's pause and
+        the operator's retirement (they stop new work, never the settling of a send that left before it), not
+        through a park: nothing at all leaves a parked key. A fresh nonce's block is reserved first, without the
+        lock (a durable mark, a store round trip: StateNotWritten or KeyNotHeld if it fails, with nothing taken).
         """
         deadline = math.inf if timeout is None else self._clock() + timeout
         costs = self._usual_costs if costs is None else costs
@@ -359,7 +362,9 @@ class ThreadSafeRateLimiter:
             if accepted:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
-                self._settle(permit, self._clock() + self._unanswered_hold)
+                stamped_by = self._clock() + self._unanswered_hold
+                self._unanswered_until = max(self._unanswered_until, stamped_by)
+                self._settle(permit, stamped_by)
             else:
                 self._settle(permit, answered_at)
                 if permit.sequence == self._sequence:
@@ -436,6 +441,13 @@ class ThreadSafeRateLimiter:
     def _gap(self) -> float:
         return self._order_rule.gap if self._order_rule is not None else self._order_latency
 
+    @property
+    def unanswered_until(self) -> float:
+        """Until when (this limiter's clock) a send given back unanswered may still be stamped (-inf: none was):
+        beyond the sends in flight, what may yet weigh in the server's limits (a stop records it)."""
+        with self._lock:
+            return self._unanswered_until
+
     def hold(self, seconds: float) -> None:
         """Allow no send for ``seconds`` from now (e.g. a window at start-up, for the stamps
         a previous run of the client may have left in the server's ring)."""
@@ -449,9 +461,11 @@ class ThreadSafeRateLimiter:
 
     def pause(self, by: PausedBy) -> None:
         """Give out no fresh permit until ``resume(by)`` (a parked key none at all): the key's workers take no work
-        meanwhile, and one that holds a request hands it back (KeyPaused); what is in flight finishes. Idempotent."""
+        meanwhile, and one that holds a request hands it back (KeyPaused), one waiting for its permit at once; what is
+        in flight finishes. Idempotent."""
         with self._changed:
             self._paused_by.add(by)
+            self._changed.notify_all()
 
     def resume(self, by: PausedBy) -> None:
         """Lift ``by``'s pause; the key sends again once no other pause holds it. Idempotent."""

@@ -83,6 +83,12 @@ class RuleScopes:
             shared.append((self._shared[index, group], rule))
         return own + shared
 
+    def share_state(self, account: str, other: str) -> bool:
+        """Whether two keys, of ``account`` and of ``other`` ("": none, each its own), spend from one state of some
+        rule: a host rule's, or an account rule's when both are of one account."""
+        return any(rule.scope == "host" or rule.scope == "account" and account != "" and account == other
+                   for rule in self.rules)
+
     @property
     def memory(self) -> float:
         """How long after its last send the server's states may still refuse one: the longest of the rules'."""

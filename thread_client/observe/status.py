@@ -20,8 +20,8 @@ class KeyCondition(enum.Enum):
     SENDING = "sending"  # free to send as its limits allow
     PAUSED = "paused"  # paused by the operator: finishes what is in flight, sends nothing more until resumed
     HELD = "held"  # waiting out a hold (a Retry-After, a strike, the start-up window)
-    PARKED = "parked"  # retired by the client for its strikes (this run's: until the operator un-parks it)
-    BLOCKED = "blocked"  # retired for any other reason (the server blocked or refused it)
+    PARKED = "parked"  # parked by the client for this run's strikes, until the operator un-parks it
+    BLOCKED = "blocked"  # retired for good otherwise: the server refused it, its lifetime strike budget is spent
     RETIRED = "retired"  # retired by the operator, for the rest of the run
     BANNED = "banned"  # the whole host is banned: no key sends until the ban ends
     NOT_OWNED = "not owned"  # a shared key whose lease another member holds now (cluster mode)
@@ -42,9 +42,8 @@ class KeyCondition(enum.Enum):
         return cls.HELD if held else cls.SENDING
 
 
-#: The retirements that are no block: the client's own for the key's strikes, and the operator's.
-_RETIRED_AS = {RetireReason.PARKED: KeyCondition.PARKED, RetireReason.STRIKE_BUDGET_SPENT: KeyCondition.PARKED,
-               RetireReason.OPERATOR: KeyCondition.RETIRED}
+#: The retirements that are no block: the client's park for this run's strikes, and the operator's retirement.
+_RETIRED_AS = {RetireReason.PARKED: KeyCondition.PARKED, RetireReason.OPERATOR: KeyCondition.RETIRED}
 
 
 @dataclass(frozen=True, slots=True)
