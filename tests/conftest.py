@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import urllib.request
@@ -10,11 +11,19 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from hypothesis import settings
 
 from thread_client.config import DEFAULT_KEYS as KEYS
 from tools.harness.client_process import client_command, read_summary
 from tools.harness.server_process import REPO_ROOT as ROOT, ServerProcess
 from tools.harness.valkey_process import ValkeyProcess
+
+# On CI (a fresh clone, CI=true) the property tests draw the same examples every run: a landing never waits on
+# what one run's random exploration happened to find. Anywhere else they explore afresh each run, and what they
+# find is kept in .hypothesis/ and tried first after that.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI", "").lower() == "true":
+    settings.load_profile("ci")
 
 KEY = KEYS[0]
 

@@ -8,6 +8,7 @@ the stamps, in the order the server saw them, through ``original_server``'s mode
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -45,8 +46,12 @@ class Ride:
         return self._rate_from(len(self.sent_at) // 4)
 
     def _rate_from(self, first: int) -> float:
-        span = self.sent_at[-1] - self.sent_at[first]
-        return (len(self.sent_at) - 1 - first) / span if span > 0 else math.inf
+        """The sends from the ``first``-th one's instant up to the last one's, that instant's own left out, per
+        second of that span: a burst at one instant (a window's, a ring's) counts once per period, not once more."""
+        start, end = self.sent_at[first], self.sent_at[-1]
+        if end <= start:
+            return math.inf
+        return (bisect.bisect_left(self.sent_at, end) - bisect.bisect_left(self.sent_at, start)) / (end - start)
 
 
 #: Hears of an answer before its send is settled: (sent at, the server done with it, answered at).

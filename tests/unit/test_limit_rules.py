@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 import original_server as server
 from tests.limit_ride import Ride, Send, adversarial_ride, ride
@@ -141,6 +142,12 @@ def test_the_rate_reaches_the_strike_free_ceiling(rule, round_trip, stamp_share)
         200 + 60 * max(rule.limit, rule.max, rule.burst + 1))
     result = ride([[(rule.new_state(), rule.cost)]], sends, enough_threads(rule, round_trip))
     assert result.steady_rate == pytest.approx(ceiling, rel=0.03)
+
+
+def test_a_ride_in_bursts_is_measured_at_one_burst_per_period():
+    """Five sends at once every 300 ms: 5 / 0.3 a second. The burst at the span's last instant opens a period the
+    span does not hold: counted, it would add one burst to the span's, 3 % more over 30 periods."""
+    assert Ride(sent_at=[0.3 * period for period in range(40) for _ in range(5)]).steady_rate == pytest.approx(5 / 0.3)
 
 
 @pytest.mark.parametrize("algorithm, figures", [
@@ -346,7 +353,17 @@ def test_a_fixed_window_aligned_to_the_learnt_server_clock_brings_no_refusal(
     assert refusals(result, [(rule, {0: "key"})], dates.epoch, offset_ms) == 0
 
 
+def interval_width(clock: ServerClock, at: float) -> float:
+    """The width (ms) of the offset the clock has learnt, at the ride's instant ``at``; infinite while unlearnt."""
+    bounds = clock.interval(at * 1000)
+    return math.inf if bounds is None else bounds[1] - bounds[0]
+
+
 @settings(max_examples=40, deadline=None)
+@example(rule=LimitRule("fixed", "fixed-window", limit=1, period_ms=300), round_trip=0.03125, stamp_share=0.0,
+         offset_ms=251, seed=10185122)  # 60 Dates left the offset 156 ms wide: the ring's ride, 3.01 a second
+@example(rule=LimitRule("fixed", "fixed-window", limit=5, period_ms=300), round_trip=0.03125, stamp_share=0.0,
+         offset_ms=0, seed=64993)  # five in every window: measured from a burst to a burst, 3.1 % over L / P
 @given(
     rule=costed(st.builds(LimitRule, st.just("fixed"), st.just("fixed-window"), limit=st.integers(1, 20),
                           period_ms=st.integers(300, 1000))),
@@ -358,18 +375,34 @@ def test_a_fixed_window_aligned_to_the_learnt_server_clock_brings_no_refusal(
 def test_a_fixed_window_reaches_its_aligned_ceiling_once_the_server_clock_is_learnt(
     rule, round_trip, stamp_share, offset_ms, seed
 ):
-    """Dates at random instants (spread as a run's are, not as hypothesis shrinks them) place the windows to
-    within a few tens of ms: every window's sends leave at its start (threads enough for all of them) and the
-    rate comes within 3 % of L / P, above the rolling ring's."""
+    """Dates at random instants (spread as a run's are, not as hypothesis shrinks them) mostly place the windows
+    to within a few tens of ms. Where the learnt offset stays within half a window (the guards included) at every
+    send, the windows place every send: each window's sends leave at its start (threads enough for all of them)
+    and the rate comes within 3 % of L / P. Where it stays wider (60 Dates, aged by the drift, leave it wider
+    than 148 ms about once in a thousand seeds; up to 250 ms), the ring places every send, at the ring's ceiling.
+    A ride the two share is promised no rate (each handover pauses up to a window): left out."""
     draw = random.Random(seed)
     dates = ServerDates(SERVER_EPOCH + draw.random(), offset_ms)
     dates.teach_before(draw, 60)
-    state = rule.new_state(dates.clock)
+    widths = [interval_width(dates.clock, 0.0)]
+
+    def read(sent: float, done: float, answered: float) -> None:  # the widest before a Date, the narrowest after
+        widths.append(interval_width(dates.clock, answered))
+        dates.read(sent, done, answered)
+        widths.append(interval_width(dates.clock, answered))
+
     sends = [Send(0, round_trip * stamp_share, 0.0, round_trip * (1 - stamp_share))] * (40 * rule.limit + 20)
-    result = ride([[(state, rule.cost)]], sends, rule.limit // rule.cost, on_answer=dates.read)
-    assert result.steady_rate == pytest.approx(rule.ceiling(round_trip), rel=0.03)
-    assert rule.ceiling(round_trip) == rule.limit // rule.cost / (rule.period_ms / 1000)
+    result = ride([[(rule.new_state(dates.clock), rule.cost)]], sends, rule.limit // rule.cost, on_answer=read)
+    widths.append(interval_width(dates.clock, result.sent_at[-1]))
     assert refusals(result, [(rule, {0: "key"})], dates.epoch, offset_ms) == 0
+    half_a_window = rule.period_ms / 2 - 2 * MS_GUARD * 1000
+    if max(widths) <= half_a_window:
+        assert result.steady_rate == pytest.approx(rule.ceiling(round_trip), rel=0.03)
+        assert rule.ceiling(round_trip) == rule.limit // rule.cost / (rule.period_ms / 1000)
+    else:
+        assume(min(widths) > half_a_window)
+        ring = replace(rule, algorithm="rolling-window")
+        assert result.steady_rate == pytest.approx(ring.ceiling(round_trip), rel=0.03)
 
 
 def test_a_fixed_window_is_the_rolling_ring_while_the_server_clock_is_unknown():
