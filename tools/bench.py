@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import http.client
 import itertools
 import json
 import os
@@ -273,17 +274,21 @@ def run_mode(name: str, keys: tuple[str, ...], seconds: float, warmup: float, wo
 @contextlib.contextmanager
 def _polled(port: int) -> Iterator[list[float]]:
     """Poll the control API on ``port`` as the console page does (its status every second, on a fixed grid, and a
-    page of dead letters every ten), from a thread of this process, until the block ends; yields when each status
-    poll answered 200 was sent, as they come (one refused or not answered yet is tried again at the next tick)."""
+    page of dead letters every ten, on one kept connection), from a thread of this process, until the block ends;
+    yields when each status poll answered 200 was sent, as they come (one refused or not answered yet is tried
+    again at the next tick)."""
     stop = threading.Event()
     sent_at: list[float] = []
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)  # kept open, as the page's fetches keep it
 
     def get(path: str) -> bool:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-                answer.read()
-                return True
-        except OSError:  # not serving yet, or a 404 (no results file): the poll itself is the load
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            answer.read()
+            return answer.status == 200
+        except (OSError, http.client.HTTPException):  # not serving yet: the next poll connects again
+            connection.close()
             return False
 
     def poll() -> None:
@@ -304,6 +309,7 @@ def _polled(port: int) -> Iterator[list[float]]:
     finally:
         stop.set()
         poller.join(10)
+        connection.close()
 
 
 def _slow_down_mid_window(proxy: TcpProxy, delay: float, warmup: float, seconds: float) -> None:
