@@ -10,13 +10,16 @@ from typing import Callable
 
 from .clock import Clock, monotonic
 
-__all__ = ["RESTART_PERIOD", "LoopThread", "ManagedThread", "PeriodicThread", "RestartBudget"]
+__all__ = ["RESTART_PERIOD", "SHUTDOWN_POLL", "LoopThread", "ManagedThread", "PeriodicThread", "RestartBudget"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds over which a supervised thread's restarts are counted: a thread dying in a loop (a bug on every
 #: pass) spends its budget within seconds; one dying now and then (a store's failover once a week) never does.
 RESTART_PERIOD = 600.0
+#: How often a serving loop (the control API's, the metrics endpoint's) looks whether it is asked to stop: a stop
+#: waits this long at most (the standard library's half second would add as much to every drain).
+SHUTDOWN_POLL = 0.1
 
 
 class RestartBudget:

@@ -266,11 +266,12 @@ class _System:
         return self._target
 
 
-def test_a_resume_the_control_api_refuses_is_asked_again_so_the_pause_does_not_outlive_the_command(tmp_path):
+def test_a_resume_the_control_api_refuses_is_asked_again_so_the_pause_does_not_outlive_the_command(tmp_path, monkeypatch):
     """A group's pause is a flag in the store: a resume the cluster console refuses (its store restarting: 503)
     would leave every member paused for good, and the heal would time out (``not_live``), blaming the daemon."""
+    monkeypatch.setattr("tools.campaign.operator.RESUME_EVERY_S", 0.01)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Console)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         token = tmp_path / "token"

@@ -4,6 +4,7 @@ floor, the edges never reach into the flow, and the flow never imports what repo
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tools.harness.server_process import REPO_ROOT
@@ -38,7 +39,10 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def project_graph() -> dict[str, set[str]]:
+    """Each project module -> the project modules it imports; parsed once per test process (read only: no test
+    changes it)."""
     paths = [path for package in PACKAGES for path in (REPO_ROOT / package).rglob("*.py")]
     modules = {module_name(path) for path in paths}
     return {module_name(path): imports_of(path, modules) for path in paths}

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Sequence
 
 from ..errors import ConfigError
-from ..threads import LoopThread, ManagedThread
+from ..threads import SHUTDOWN_POLL, LoopThread, ManagedThread
 from .routes import MAX_BODY, Reply, Router
 
 __all__ = ["ControlServer", "check_control_host", "is_loopback"]
@@ -128,7 +129,7 @@ class ControlServer:
         self._server = _Server((host, port), router)
         self.host = host
         self.port: int = self._server.server_port
-        self._thread = LoopThread("control-server", self._server.serve_forever)
+        self._thread = LoopThread("control-server", partial(self._server.serve_forever, poll_interval=SHUTDOWN_POLL))
 
     def __repr__(self) -> str:
         return f"<ControlServer http://{self.host}:{self.port}/>"

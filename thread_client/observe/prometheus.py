@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Callable, Iterator, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -17,7 +18,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..policy.answers import Outcome
-from ..threads import LoopThread, ManagedThread
+from ..threads import SHUTDOWN_POLL, LoopThread, ManagedThread
 from .status import DaemonStatus, KeyCondition, StatusReader
 
 __all__ = ["LATENCY_BUCKETS", "DaemonCollector", "MetricsServer"]
@@ -177,7 +178,7 @@ class MetricsServer:
         registry.register(DaemonCollector(read_status))
         self._server = make_server(host, port, make_wsgi_app(registry), ThreadingWSGIServer, handler_class=_Quiet)
         self.port: int = self._server.server_port
-        self._thread = LoopThread("metrics-server", self._server.serve_forever)
+        self._thread = LoopThread("metrics-server", partial(self._server.serve_forever, poll_interval=SHUTDOWN_POLL))
 
     def threads(self) -> Sequence[ManagedThread]:
         return [self._thread]

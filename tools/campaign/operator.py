@@ -27,6 +27,8 @@ ANSWER_TIMEOUT_S = 5.0
 #: A resume is asked again until it is answered (a group's store away, a daemon stopped by SIGSTOP), this long at
 #: most: a pause left in place would stop the work for good, and the heal would blame the daemon.
 RESUME_FOR_S = 60.0
+#: How long between two asks of a refused resume.
+RESUME_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def _pause_and_resume(system: "System", pause: Pause) -> None:
     while _call(target, "POST", f"{path}/resume") is None and time.monotonic() < gives_up:
         if target.run is not None and system.control_target() != target:
             return  # that run has ended: a next run knows no pause
-        time.sleep(0.5)
+        time.sleep(RESUME_EVERY_S)
 
 
 def _call(target: ControlTarget, method: str, path: str) -> dict | None:
