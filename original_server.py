@@ -814,10 +814,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         return params, body
 
     def _handle_request(self, params: dict[str, str], body: str, query: str, cost: int) -> None:
-        server = self.server
-        state = server.state
-        modes = server.modes
-        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
+        key = self._key(params)
         # What the ledger says of this request; the branches below fill it in and write it as they decide,
         # before the outgoing latency: a server killed while it sleeps has the request in its ledger.
         entry: dict = {"key": key, "nonce": params.get("nonce"), "id": params.get("req_id"), "stamp_ms": None,
@@ -922,7 +919,7 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         state = server.state
         modes = server.modes
         orders = server.orders
-        key = self.headers.get(modes.key_header) if modes.key_header else params.get("api_key")
+        key = self._key(params)
         if not state.is_known(key):
             state.count_invalid_key()
             self._answer(401, error_body(MSG_INVALID_KEY))
@@ -963,6 +960,11 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self._answer(200, {"status": "FOUND", "client_id": client_id})
         else:
             self._answer(400, {**error_body("order does not exist"), "code": -2013})
+
+    def _key(self, params: dict[str, str]) -> str | None:
+        """The API key a request names: its ``--key-header`` if the server reads one, else its ``api_key`` field."""
+        header = self.server.modes.key_header
+        return self.headers.get(header) if header else params.get("api_key")
 
     def _field(self, params: dict[str, str], name: str, header: str) -> str | None:
         return params.get(name) if name in params else self.headers.get(header)
@@ -1253,6 +1255,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for flag in ("max_latency_ms", "max_incoming_latency_ms", "max_outgoing_latency_ms"):
         if (getattr(args, flag) or 0) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be 0 or more, got {getattr(args, flag)}")
+    # The incoming and the outgoing latency's bounds: each its own flag's, else --max-latency-ms.
+    args.latency_bounds = tuple(args.max_latency_ms if bound is None else bound
+                                for bound in (args.max_incoming_latency_ms, args.max_outgoing_latency_ms))
     if args.rate < 1:
         parser.error(f"--rate must be at least 1, got {args.rate}")
     if args.max_429 < 1:
@@ -1310,10 +1315,7 @@ def main(argv: list[str] | None = None) -> int:
                           ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for, limits=args.limits)
     try:
         server = ExchangeServer(
-            (args.host, args.port), state, (
-                args.max_latency_ms if args.max_incoming_latency_ms is None else args.max_incoming_latency_ms,
-                args.max_latency_ms if args.max_outgoing_latency_ms is None else args.max_outgoing_latency_ms,
-            ), args.faults, args.seed, args.verbose, args.retry_after,
+            (args.host, args.port), state, args.latency_bounds, args.faults, args.seed, args.verbose, args.retry_after,
             latency_dist=args.latency_dist, idle_timeout=args.idle_timeout,
             announce_idle_timeout=args.announce_idle_timeout,
             close_every_answer=args.close_every_answer,

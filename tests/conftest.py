@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator
@@ -104,6 +105,28 @@ def scrape_text(port: int) -> str:
             return answer.read().decode()
     except OSError:
         return ""
+
+
+def control_call(port: int, method: str, path: str, body: dict | None = None,
+                 token: str | None = None) -> tuple[int, dict]:
+    """A control API's answer (status, JSON) to ``method`` ``path``, with ``body`` as JSON and the bearer ``token``."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.load(refused)
+
+
+def control_answers(port: int) -> bool:
+    """Whether a control API on ``port`` serves its status yet."""
+    try:
+        return control_call(port, "GET", "/api/v1/status")[0] == 200
+    except OSError:
+        return False
 
 
 def run_client(server: ServerProcess, workdir: Path, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, dict]:

@@ -16,12 +16,12 @@ from .control.server import check_control_host
 from .delivery import AT_LEAST_ONCE, Delivery
 from .errors import ConfigError
 from .keys_file import KeyList, read_keys_file
-from .io.request_writer import header_fault
 from .io.sources import LOADS
 from .limits.keys import mask
 from .limits.order_rule import InvalidNonceCost
 from .limits.rules import MS_GUARD, LimitRule, memory_of
 from .profile import Profile, Secret, SignedParts, Signer, load_profile
+from .profile.model import header_fault
 
 __all__ = [
     "Config", "DEFAULT_KEYS", "DEFAULT_KEYS_SOURCE", "DEFAULT_URL", "KEYS_ENV", "KeyList", "default_state_dir", "load_keys",

@@ -11,12 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from conftest import ROOT, stream_records, wait_for
+from conftest import ROOT, control_answers, control_call, stream_records, wait_for
 from thread_client.cluster.address import StoreAddress
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.work_stream import WorkStream, requeue_work
@@ -190,25 +188,6 @@ REQUESTS = 6000  # more than the pause test lasts at the reference server's pace
 DEAD_ID = "too-big"  # the reference server refuses a form body over 64 KiB (400, rejected): a dead letter
 
 
-def call(port: int, method: str, path: str, token: str | None = None, body: dict | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.load(refused)
-
-
-def answers(port: int) -> bool:
-    try:
-        return call(port, "GET", "/api/v1/status")[0] == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def start_group(valkey, fast_server, tmp_path):
     """Submits a dead letter and ``requests`` requests, starts a member daemon on them and the console on their
@@ -234,7 +213,7 @@ def start_group(valkey, fast_server, tmp_path):
             [sys.executable, "-m", "thread_client", "console", "--redis", url, "--control-port", str(port),
              "--control-token-file", str(token_file)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
-        wait_for(lambda: console.poll() is not None or answers(port), timeout=30)
+        wait_for(lambda: console.poll() is not None or control_answers(port), timeout=30)
         assert console.poll() is None, console.stdout.read()
         return port, token_file.read_text().strip(), valkey.client()
 
@@ -266,35 +245,38 @@ def test_a_key_paused_from_the_console_stops_on_the_member_that_owns_it(start_gr
     paused, others = DEFAULT_KEYS[0], DEFAULT_KEYS[1:]
     wait_for(lambda: all(accepted_at_server(fast_server).get(key, 0) > 0 for key in DEFAULT_KEYS), timeout=30)
     short = key_id(paused)[:SHORT_ID]
-    assert call(port, "POST", f"/api/v1/keys/{short}/pause") [0] == 401
-    assert call(port, "POST", f"/api/v1/keys/{short}/pause", token) == (200, {"key": short, "state": "paused"})
+    assert control_call(port, "POST", f"/api/v1/keys/{short}/pause") [0] == 401
+    assert control_call(port, "POST", f"/api/v1/keys/{short}/pause", token=token) == (
+        200, {"key": short, "state": "paused"})
     # Within a keeper round and the sends then in flight, the key goes quiet; then it stays so for three rounds
     # while every other key goes on.
     wait_for(lambda: quiet(fast_server, paused, HTTP_TIMEOUT_S + 0.5), timeout=15)
     going = accepted_at_server(fast_server)
     assert quiet(fast_server, paused, 3 * LEASE_TTL_MS / 3000)
     assert all(accepted_at_server(fast_server)[key] > going[key] for key in others)
-    status = call(port, "GET", "/api/v1/status")[1]
+    status = control_call(port, "GET", "/api/v1/status")[1]
     assert {key["id"]: key["state"] for key in status["keys"]}[short] == "paused"
     assert {key["owner"] for key in status["keys"]} == {"m1"} and status["members"][0]["name"] == "m1"
     stopped = accepted_at_server(fast_server)[paused]
-    assert call(port, "POST", f"/api/v1/keys/{short}/resume", token) == (200, {"key": short, "state": "sending"})
+    assert control_call(port, "POST", f"/api/v1/keys/{short}/resume", token=token) == (
+        200, {"key": short, "state": "sending"})
     wait_for(lambda: accepted_at_server(fast_server)[paused] > stopped, timeout=15)
 
 
 def test_a_dead_letter_of_the_dead_stream_requeued_gets_a_new_final_record(start_group):
     port, token, store = start_group(20)  # a requeue joins the end of the stream: behind few
     wait_for(lambda: DEAD_ID in stream_records(store, f"{STREAM}:dead"), timeout=30)
-    code, page = call(port, "GET", "/api/v1/dead")
+    code, page = control_call(port, "GET", "/api/v1/dead")
     assert code == 200 and [item["id"] for item in page["items"]] == [DEAD_ID]
     assert page["items"][0]["outcome"] == "rejected" and page["items"][0]["under_way"] is False
-    assert call(port, "POST", "/api/v1/dead/requeue", token, {"ids": [DEAD_ID]}) == (
+    assert control_call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_ID]}, token=token) == (
         200, {"requeued": 1, "ids": [DEAD_ID]})
-    assert call(port, "POST", "/api/v1/dead/requeue", token, {"ids": [DEAD_ID]}) == (200, {"requeued": 0, "ids": []})
+    assert control_call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_ID]}, token=token) == (
+        200, {"requeued": 0, "ids": []})
     wait_for(lambda: len(stream_records(store).get(DEAD_ID, [])) == 2, timeout=30)
     old, new = stream_records(store)[DEAD_ID]
     assert new["finished"] > old["finished"] and new["where"] != old["where"]  # a new attempt, from a new entry
-    assert call(port, "GET", "/api/v1/dead")[1]["items"][0]["under_way"] is True
+    assert control_call(port, "GET", "/api/v1/dead")[1]["items"][0]["under_way"] is True
 
 
 def test_the_console_exits_1_on_a_store_that_does_not_answer_and_2_on_a_bad_address(tmp_path):

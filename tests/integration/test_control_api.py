@@ -11,15 +11,13 @@ import signal
 import stat
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 import requests
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, control_answers, control_call, wait_for
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import key_id, mask
 from tools.harness.client_process import client_command, read_summary
@@ -29,25 +27,6 @@ from tools.harness.processes import free_port, stop_process
 DEAD_IDS = ["too-big-1", "too-big-2"]
 REQUESTS = 6000  # more than a test lasts at the reference server's pace
 HTTP_TIMEOUT_S = 0.5  # bounds a send: a paused key's last one is over this long (and a margin) after the pause
-
-
-def call(port: int, method: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode())
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.load(refused)
-
-
-def answers(port: int) -> bool:
-    try:
-        return call(port, "GET", "/api/v1/status")[0] == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -74,7 +53,7 @@ def running_daemon(server, tmp_path: Path, *flags: str) -> Iterator[tuple[subpro
         "--control-port", str(port), "--control-token-file", str(token_file), *flags), cwd=ROOT, stdout=log,
         stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: process.poll() is not None or answers(port), timeout=30)
+        wait_for(lambda: process.poll() is not None or control_answers(port), timeout=30)
         assert process.poll() is None, (tmp_path / "daemon.log").read_text()
         yield process, port, token_file, tmp_path
     finally:
@@ -102,7 +81,7 @@ def test_status_commands_and_pauses(daemon, fast_server):
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token
     assert str(token_file) in (workdir / "daemon.log").read_text()  # its path is said at start-up
 
-    code, status = call(port, "GET", "/api/v1/status")
+    code, status = control_call(port, "GET", "/api/v1/status")
     assert code == 200 and status["version"] == 1 and status["profile"] == "reference"
     assert status["delivery"] == "at-least-once" and status["paused"] is False and status["draining"] is False
     assert [key["id"] for key in status["keys"]] == [key_id(secret)[:12] for secret in DEFAULT_KEYS]
@@ -114,33 +93,34 @@ def test_status_commands_and_pauses(daemon, fast_server):
 
     first = status["keys"][0]["id"]
     for given in (None, "not-the-token"):
-        assert call(port, "POST", f"/api/v1/keys/{first}/pause", token=given)[0] == 401
-        assert call(port, "POST", "/api/v1/drain", token=given)[0] == 401
+        assert control_call(port, "POST", f"/api/v1/keys/{first}/pause", token=given)[0] == 401
+        assert control_call(port, "POST", "/api/v1/drain", token=given)[0] == 401
     assert "refused: no token" in (workdir / "daemon.log").read_text()
-    assert call(port, "POST", "/api/v1/keys/000000000000/pause", token=token)[0] == 404
+    assert control_call(port, "POST", "/api/v1/keys/000000000000/pause", token=token)[0] == 404
 
     # One key paused: it sends nothing once its in-flight sends are over, while the others go on.
-    assert call(port, "POST", f"/api/v1/keys/{first}/pause", token=token) == (200, {"key": first, "state": "paused"})
+    assert control_call(port, "POST", f"/api/v1/keys/{first}/pause", token=token) == (
+        200, {"key": first, "state": "paused"})
     assert quiet_after_sends_end(fast_server, [DEFAULT_KEYS[0]])
-    assert call(port, "GET", "/api/v1/status")[1]["keys"][0]["state"] == "paused"
+    assert control_call(port, "GET", "/api/v1/status")[1]["keys"][0]["state"] == "paused"
     others = accepted_at_server(fast_server)
     wait_for(lambda: all(accepted_at_server(fast_server)[key] > others[key] for key in DEFAULT_KEYS[1:]), timeout=10)
     paused_count = accepted_at_server(fast_server)[DEFAULT_KEYS[0]]
-    assert call(port, "POST", f"/api/v1/keys/{first}/resume", token=token)[1]["state"] in ("sending", "held")
+    assert control_call(port, "POST", f"/api/v1/keys/{first}/resume", token=token)[1]["state"] in ("sending", "held")
     wait_for(lambda: accepted_at_server(fast_server)[DEFAULT_KEYS[0]] > paused_count, timeout=10)
 
     # The whole daemon paused: no key sends; resumed: they all do again.
-    assert call(port, "POST", "/api/v1/pause", token=token) == (200, {"paused": True})
-    assert call(port, "GET", "/api/v1/status")[1]["paused"] is True
+    assert control_call(port, "POST", "/api/v1/pause", token=token) == (200, {"paused": True})
+    assert control_call(port, "GET", "/api/v1/status")[1]["paused"] is True
     assert quiet_after_sends_end(fast_server, DEFAULT_KEYS)
     stopped = accepted_at_server(fast_server)
-    assert call(port, "POST", "/api/v1/resume", token=token) == (200, {"paused": False})
+    assert control_call(port, "POST", "/api/v1/resume", token=token) == (200, {"paused": False})
     wait_for(lambda: all(accepted_at_server(fast_server)[key] > stopped[key] for key in DEFAULT_KEYS), timeout=10)
     assert process.poll() is None
 
 
 def key_states(port: int) -> dict[str, dict]:
-    return {key["id"]: key for key in call(port, "GET", "/api/v1/status")[1]["keys"]}
+    return {key["id"]: key for key in control_call(port, "GET", "/api/v1/status")[1]["keys"]}
 
 
 def fill_the_window_of(server, secret: str, port: int, short_id: str) -> None:
@@ -166,26 +146,27 @@ def test_a_parked_key_is_unparked_and_a_retired_key_sends_nothing_more(start_ser
         token = token_file.read_text().strip()
         parked, retired = (key_id(secret)[:12] for secret in DEFAULT_KEYS[:2])
         wait_for(lambda: accepted_at_server(server).get(DEFAULT_KEYS[0], 0) > 0, timeout=20)
-        assert call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)[0] == 409  # sending: nothing to undo
+        # Sending: nothing to undo.
+        assert control_call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)[0] == 409
 
         fill_the_window_of(server, DEFAULT_KEYS[0], port, parked)
         assert key_states(port)[parked]["strikes"] >= 1 and process.poll() is None  # the other keys go on
         assert quiet_after_sends_end(server, [DEFAULT_KEYS[0]])
-        code, answer = call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)
+        code, answer = control_call(port, "POST", f"/api/v1/keys/{parked}/unpark", token=token)
         assert code == 200 and answer["state"] in ("held", "sending"), answer
         assert key_states(port)[parked]["strikes"] == 0
         before = accepted_at_server(server)[DEFAULT_KEYS[0]]
         wait_for(lambda: accepted_at_server(server)[DEFAULT_KEYS[0]] > before, timeout=20)
 
-        assert call(port, "POST", f"/api/v1/keys/{retired}/retire", token=token) == (
+        assert control_call(port, "POST", f"/api/v1/keys/{retired}/retire", token=token) == (
             200, {"key": retired, "state": "retired"})
         assert quiet_after_sends_end(server, [DEFAULT_KEYS[1]])
         others = accepted_at_server(server)
         wait_for(lambda: all(accepted_at_server(server)[key] > others[key] for key in DEFAULT_KEYS[2:]), timeout=10)
-        code, answer = call(port, "POST", f"/api/v1/keys/{retired}/unpark", token=token)
+        code, answer = control_call(port, "POST", f"/api/v1/keys/{retired}/unpark", token=token)
         assert code == 409 and "retired by the operator" in answer["error"]
 
-        assert call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
+        assert control_call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
         assert process.wait(timeout=30) == 0
     summary = read_summary(workdir)
     assert summary["retired_keys"] == {mask(DEFAULT_KEYS[1]): "retired by the operator"}, summary
@@ -201,30 +182,30 @@ def test_dead_letters_paged_requeued_and_a_drain(daemon):
     token, results = token_file.read_text().strip(), workdir / "results.jsonl"
     wait_for(lambda: all(records_of(results, dead) for dead in DEAD_IDS), timeout=20)
 
-    code, first = call(port, "GET", "/api/v1/dead?limit=1")
+    code, first = control_call(port, "GET", "/api/v1/dead?limit=1")
     assert code == 200 and len(first["items"]) == 1 and first["next"]
-    code, second = call(port, "GET", f"/api/v1/dead?limit=1&after={first['next']}")
+    code, second = control_call(port, "GET", f"/api/v1/dead?limit=1&after={first['next']}")
     assert code == 200 and second["next"] is None
     in_file = [record["id"] for record in map(json.loads, filter(None, results.read_text().splitlines()))
                if record["id"] in DEAD_IDS]
     assert [page["items"][0]["id"] for page in (first, second)] == in_file  # in the order of their records
     assert first["items"][0]["outcome"] == "rejected" and first["items"][0]["key"]
-    assert call(port, "GET", "/api/v1/dead?outcome=rejected")[1]["items"] == first["items"] + second["items"]
-    assert call(port, "GET", "/api/v1/dead?outcome=shutdown")[1] == {"items": [], "next": None}
-    assert call(port, "GET", "/api/v1/dead?outcome=no_such")[0] == 400
-    assert call(port, "GET", "/api/v1/dead?limit=0")[0] == 400
+    assert control_call(port, "GET", "/api/v1/dead?outcome=rejected")[1]["items"] == first["items"] + second["items"]
+    assert control_call(port, "GET", "/api/v1/dead?outcome=shutdown")[1] == {"items": [], "next": None}
+    assert control_call(port, "GET", "/api/v1/dead?outcome=no_such")[0] == 400
+    assert control_call(port, "GET", "/api/v1/dead?limit=0")[0] == 400
 
     # Requeued: sent again under the same id, and its new final record (the last) says so.
-    assert call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0]]}) [0] == 401
-    assert call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0], "r-no-such"]}, token=token) == (
+    assert control_call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0]]}) [0] == 401
+    assert control_call(port, "POST", "/api/v1/dead/requeue", {"ids": [DEAD_IDS[0], "r-no-such"]}, token=token) == (
         200, {"requeued": 1, "ids": [DEAD_IDS[0]]})
     wait_for(lambda: len(records_of(results, DEAD_IDS[0])) == 2, timeout=20)
     old, new = records_of(results, DEAD_IDS[0])
     assert new["requeued"] is True and new["requeue"] == 1 and "requeued" not in old and new["finished"] > old["finished"]
-    listed = call(port, "GET", "/api/v1/dead")[1]["items"]
+    listed = control_call(port, "GET", "/api/v1/dead")[1]["items"]
     assert [item["id"] for item in listed] == [DEAD_IDS[1], DEAD_IDS[0]]  # its last record only, now the newest
 
-    assert call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
+    assert control_call(port, "POST", "/api/v1/drain", token=token) == (200, {"draining": True})
     assert process.wait(timeout=30) == 0
     summary = read_summary(workdir)
     assert summary["stop_reason"] == "drained from the control API"

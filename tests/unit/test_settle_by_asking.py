@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from conftest import ROOT, wait_for
+from conftest import ROOT
 from fakes import Call, answer, ok, server_error
-from test_worker_paths import BOUND, FIRST, Rig
+from test_worker_paths import FIRST, Rig
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, ResetAfterSend
 from thread_client.limits.keys import RetireReason
@@ -137,11 +137,8 @@ def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_
     r = Rig(found("r1"), ok("r2"), delivery=EXACTLY_ONCE, earlier_send=(earlier, journaled),
             answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
     r.submit("r2")
-    r.worker.start()
-    wait_for(lambda: r.queues.counts().accepted == 2, timeout=BOUND)
-    r.stop_taking()
-    r.worker.join(BOUND)
-    assert not r.worker.is_alive() and r.worker.failure is None
+    r.run_until(lambda: r.queues.counts().accepted == 2)
+    assert r.worker.failure is None
     assert r.transport.calls == [asked("r1", FIRST), Call(FIRST + 1, "r2")]  # never the journaled nonce again
     assert (earlier.ambiguous, earlier.failures) == (1, 0)
     r.assert_clean()
@@ -192,10 +189,7 @@ def test_the_earlier_runs_send_is_settled_by_asking_on_a_key_paused_before_it_st
     r = Rig(found("r1"), delivery=EXACTLY_ONCE, earlier_send=(earlier, FIRST - 5),
             answers=AnswerTable(PROFILE), status=StatusTable(PROFILE))
     r.key.limiter.pause(PausedBy.DAEMON)
-    r.worker.start()
-    wait_for(lambda: r.queues.counts().accepted + r.queues.counts().graveyard == 1, timeout=BOUND)
-    r.stop_taking()
-    r.worker.join(BOUND)
-    assert not r.worker.is_alive() and r.worker.failure is None
+    r.run_until(lambda: r.queues.counts().accepted + r.queues.counts().graveyard == 1)
+    assert r.worker.failure is None
     assert r.transport.calls == [asked("r1", FIRST)]
     assert (r.queues.counts().accepted, r.queues.graveyard.by_outcome()) == (1, {})

@@ -138,6 +138,17 @@ class Rig:
         self.queues.close()
         self.key.limiter.stop_taking()
 
+    def run_until(self, done: Callable[[], bool]) -> None:
+        """Let the worker's own loop (and its guard against bugs) run until ``done``; then stop it as the daemon
+        does and see it end."""
+        self.worker.start()
+        try:
+            wait_for(done, timeout=BOUND)
+        finally:
+            self.stop_taking()
+            self.worker.join(BOUND)
+        assert not self.worker.is_alive()
+
     def assert_clean(self) -> None:
         """What holds after every scenario: the script was played, nothing more was sent, every permit
         was given back, and the queues account for every request."""
@@ -385,11 +396,8 @@ def test_exactly_once_the_earlier_runs_last_send_is_settled_with_its_nonce_befor
     earlier = Request("r1", time.monotonic(), resumed=True)
     rig = Rig(invalid_nonce(), ok("r2"), delivery=EXACTLY_ONCE, earlier_send=(earlier, journaled))
     rig.submit("r2")
-    rig.worker.start()
-    wait_for(lambda: rig.queues.counts().accepted == 2, timeout=BOUND)
-    rig.stop_taking()
-    rig.worker.join(BOUND)
-    assert not rig.worker.is_alive() and rig.worker.failure is None
+    rig.run_until(lambda: rig.queues.counts().accepted == 2)
+    assert rig.worker.failure is None
     assert rig.transport.calls == [Call(journaled, "r1"), Call(FIRST, "r2")]
     assert (earlier.ambiguous, earlier.failures) == (1, 0)
     rig.assert_clean()
@@ -647,13 +655,7 @@ class StaleCountFails(Metrics):
 def run_until_routed(rig: Rig) -> None:
     """Let the worker's own loop (and its guard against bugs) take the one request submitted, until it is
     routed somewhere; then stop the worker."""
-    rig.worker.start()
-    try:
-        wait_for(lambda: (lambda c: c.accepted + c.graveyard + c.dlq)(rig.queues.counts()) == 1, timeout=BOUND)
-    finally:
-        rig.stop_taking()
-        rig.worker.join(BOUND)
-    assert not rig.worker.is_alive()
+    rig.run_until(lambda: (lambda c: c.accepted + c.graveyard + c.dlq)(rig.queues.counts()) == 1)
 
 
 @pytest.mark.parametrize("delivery", [AT_LEAST_ONCE, EXACTLY_ONCE])

@@ -9,10 +9,10 @@ from typing import Mapping
 from urllib.parse import quote, urlencode
 
 from ..profile import NonceShape, RequestShape, Secret, SignedParts, Signer, Signing
-from ..profile.model import USER_AGENT, template_fields
+from ..profile.model import USER_AGENT, header_fault, template_fields
 from ..request import Params, json_text
 
-__all__ = ["RequestWriter", "header_fault", "iso_ms"]
+__all__ = ["RequestWriter", "iso_ms"]
 
 _FORM = "application/x-www-form-urlencoded"
 _JSON = "application/json"
@@ -67,25 +67,25 @@ class RequestWriter:
         window = [f"{quote(self._window_param)}={self._window}"] if self._window_param else []
         self._after_nonce = "&".join(window)
         self._id_prefix = f"{quote(self._id_param)}=" if self._id_param else ""
-        # The key's own secrets by the template fields that name them: {secret}, {passphrase}, {extra.NAME}.
-        self._secrets = {"secret": secret} if secret is not None else {}
+        # The key's own values, by the template field that names each: {key}, {secret}, {passphrase}, {extra.NAME}.
+        self._own = {"key": api_key} | ({"secret": secret.reveal()} if secret is not None else {})
         for name, value in extras.items():
-            self._secrets[f"extra.{name}"] = value
+            self._own[f"extra.{name}"] = value.reveal()
             if name == "passphrase":
-                self._secrets[name] = value
+                self._own[name] = value.reveal()
         # Headers whose template names only the key's own fields are the same on every request: filled now.
-        own = {"key": api_key, "secret": "", **{field: value.reveal() for field, value in self._secrets.items()}}
         names_agent = any(name.lower() == "user-agent" for name, _ in request.headers)
         self._headers = {} if names_agent else {"User-Agent": USER_AGENT}
-        self._templates: list[tuple[str, str]] = []  # (name, template) of the headers filled per request
+        self._templates: list[tuple[str, _Template]] = []  # (name, parsed template) of the headers filled per request
         for name, template in request.headers:
             named = template_fields(template)
-            for field in named & own.keys():  # what a request adds is ASCII: only these may not fit a header
-                _check_header_value(name, own[field])
-            if named <= own.keys():
-                self._headers[name] = _filled(template, own)
+            for field in named & self._own.keys():  # what a request adds is ASCII: only these may not fit a header
+                _check_header_value(name, self._own[field])
+            pieces = _parsed(template)
+            if named <= self._own.keys():
+                self._headers[name] = _filled(pieces, self._own)
             else:
-                self._templates.append((name, template))
+                self._templates.append((name, pieces))
         if request.key_header:
             self._headers[request.key_header] = api_key
         if self._window and nonce.recv_window_header:
@@ -156,12 +156,11 @@ class RequestWriter:
     def _fill(self, headers: dict[str, str], parts: SignedParts, signature: str) -> None:
         """Fill the headers whose templates name what changes per request, as the signature saw it."""
         values = {
-            "method": parts.method, "path": parts.path, "query": parts.query, "body": parts.body,
-            "nonce": parts.nonce, "timestamp": parts.timestamp, "key": parts.key, "recv_window": parts.recv_window,
-            "secret": "", "signature": signature, **{field: value.reveal() for field, value in self._secrets.items()},
+            **self._own, "method": parts.method, "path": parts.path, "query": parts.query, "body": parts.body,
+            "nonce": parts.nonce, "timestamp": parts.timestamp, "recv_window": parts.recv_window, "signature": signature,
         }
-        for name, template in self._templates:
-            headers[name] = _filled(template, values)
+        for name, pieces in self._templates:
+            headers[name] = _filled(pieces, values)
 
     def _protocol_fields(self, stamp: str, req_id: str) -> dict[str, str]:
         fields = {self._key_param: self._key} if self._key_param else {}
@@ -184,15 +183,6 @@ def iso_ms(stamp_ms: int) -> str:
     return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{ms:03d}Z"
 
 
-def header_fault(value: str) -> str:
-    """Why ``value`` cannot go in a header ("": it can), never showing it: it may be the key's secret."""
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return "is not Latin-1 text"
-    return "holds a line break" if "\r" in value or "\n" in value else ""
-
-
 def _check_header_value(name: str, value: str) -> None:
     """Raises ValueError unless ``value`` can go in a header, never showing it: it may be the key's secret."""
     fault = header_fault(value)
@@ -200,10 +190,19 @@ def _check_header_value(name: str, value: str) -> None:
         raise ValueError(f"header {name}: the key or its secret {fault}")
 
 
-def _filled(template: str, values: Mapping[str, str]) -> str:
-    """``template`` with each ``{field}`` replaced by its value (``{extra.token}`` is one field, not an attribute)
-    and ``{{``/``}}`` by a brace: what ``str.format_map`` does, for the names the profile's check admits."""
-    return "".join(text + (values[name] if name is not None else "") for text, name, _, _ in Formatter().parse(template))
+#: A header template parsed once: its pieces of literal text, each followed by the field it names (None: none).
+_Template = tuple[tuple[str, str | None], ...]
+
+
+def _parsed(template: str) -> _Template:
+    """``template`` in pieces (``{{``/``}}`` already a brace), so a request only joins them with its values."""
+    return tuple((text, name) for text, name, _, _ in Formatter().parse(template))
+
+
+def _filled(pieces: _Template, values: Mapping[str, str]) -> str:
+    """The template with each ``{field}`` replaced by its value (``{extra.token}`` is one field, not an attribute):
+    what ``str.format_map`` does, for the names the profile's check admits."""
+    return "".join(text + (values[name] if name is not None else "") for text, name in pieces)
 
 
 def _joined(*parts: str) -> str:

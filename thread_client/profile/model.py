@@ -14,7 +14,7 @@ __all__ = [
     "ANSWER_OUTCOMES", "FIELDS_IN", "HEADER_FIELDS", "INVALID_NONCE_COSTS", "METHODS", "NONCE_SPENDERS", "NONCE_STYLES",
     "PARAMS_IN", "RETRY_OUTCOMES", "RETRY_UNITS", "SETTLE_FINDINGS", "TEMPLATE_FIELDS", "TIME_UNITS", "USER_AGENT",
     "AnswerRule", "NonceShape", "Penalty", "Profile", "RequestShape", "Settle", "Signing", "own_params",
-    "rule_headers", "template_fields",
+    "header_fault", "rule_headers", "template_fields",
 ]
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -52,6 +52,15 @@ HEADER_FIELDS = (*TEMPLATE_FIELDS, "secret", "passphrase", "signature")
 EXTRA_FIELD = re.compile(r"extra\.([A-Za-z_][A-Za-z0-9_]*)")
 #: Sent unless the profile's headers name a User-Agent of their own (some APIs refuse a request without one).
 USER_AGENT = f"thread-client/{__version__}"
+
+
+def header_fault(value: str) -> str:
+    """Why ``value`` cannot go in a header ("": it can), never showing it: it may be the key's secret."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return "is not Latin-1 text"
+    return "holds a line break" if "\r" in value or "\n" in value else ""
 
 
 def template_fields(template: str) -> set[str]:

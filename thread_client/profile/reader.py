@@ -16,7 +16,7 @@ from .json_path import JsonPath
 from .model import (
     ANSWER_OUTCOMES, EXTRA_FIELD, FIELDS_IN, HEADER_FIELDS, INVALID_NONCE_COSTS, METHODS, NONCE_SPENDERS, NONCE_STYLES,
     PARAMS_IN, RETRY_OUTCOMES, RETRY_UNITS, SETTLE_FINDINGS, TEMPLATE_FIELDS, TIME_UNITS, AnswerRule, NonceShape,
-    Penalty, Profile, RequestShape, Settle, Signing, own_params, template_fields,
+    Penalty, Profile, RequestShape, Settle, Signing, header_fault, own_params, template_fields,
 )
 from .signing import HookError, load_hook
 from ..limits.rate_limit_scope import HOLDS
@@ -208,7 +208,7 @@ class _Compiler:
             line = self._finder.at("request", "headers", name)
             if not isinstance(value, str):
                 self._error(line, f"header {name!r} must be a string, got {value!r}")
-            elif not _HEADER_NAME.fullmatch(name) or not _header_value_ok(value):
+            elif not _HEADER_NAME.fullmatch(name) or header_fault(value):
                 self._error(line, f"header {name!r}: a name must be an HTTP token and a value Latin-1 text on one line")
         for place in ("key_header",):
             if values.get(place) and not _HEADER_NAME.fullmatch(values[place]):
@@ -505,15 +505,6 @@ def _path_ok(path: str) -> bool:
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
-def _header_value_ok(value: str) -> bool:
-    """Whether ``value`` can be sent as a header value: Latin-1, on one line."""
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return "\r" not in value and "\n" not in value
 
 
 def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
