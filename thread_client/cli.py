@@ -50,6 +50,7 @@ from .profile.model import PARAMS_IN
 from .profile.command import profile_main
 from .requeue import requeue_main
 from .resumability import Resumability
+from .stop_latch import StopLatch
 
 __all__ = ["build_config", "build_daemon", "config_main", "main"]
 
@@ -340,10 +341,11 @@ def _check_distinct(paths: dict[str, str | None]) -> None:
             raise ConfigError(f"{flag} {path} is also {other}")
 
 
-def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
+def build_daemon(config: Config, *, clock: Clock = monotonic, stop_latch: StopLatch | None = None) -> Daemon:
     """The daemon with today's parts: the synthetic load, the graveyard file, this process's own
     keys, one ``http.client`` connection per worker (HTTPS verified against the system store or
-    ``--ca-file``). Raises OSError if the graveyard or the CA file cannot be opened."""
+    ``--ca-file``); ``stop_latch``: where its stop is asked (one of its own if None). Raises OSError if the
+    graveyard or the CA file cannot be opened."""
     context = tls_context(config.ca_file) if config.url.startswith("https:") else None
     delivery = config.delivery
     profile = config.profile
@@ -424,6 +426,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic) -> Daemon:
         policy=RetryPolicy(max_retries=config.max_retries, max_retry_after=config.max_retry_after,
                            max_strikes=config.max_strikes, strike_budget=config.strike_budget),
         clock=clock,
+        stop_latch=stop_latch,
     )
 
 
@@ -517,29 +520,40 @@ _SUBCOMMANDS = {"submit": submit_main, "status": status_main, "console": console
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def _start_refused(exc: BaseException) -> int:
+    """The exit code of a start that failed with ``exc``, said in one line; anything else is raised again."""
+    if isinstance(exc, OSError):
+        print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        # A full disk is no bad setting: the output failure it is at run time too (the next run may find room).
+        return StopReason.OUTPUT_FAILED.exit_code if exc.errno in _DISK_FULL else 2
+    if isinstance(exc, StoreUnavailable):  # the work stream's store is away (a restart): try later, not a bad setting
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return StopReason.STORE_NOT_REACHED.exit_code
+    if isinstance(exc, StateNotWritten):  # a full or failing state dir: the output failure it is at run time too
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return StopReason.OUTPUT_FAILED.exit_code
+    if isinstance(exc, ThreadClientError):  # a bad setting, or a key another process on this host holds
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    raise exc
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in _SUBCOMMANDS:
         return _SUBCOMMANDS[argv[0]](argv[1:], PROG)
     config = build_config(argv)
+    # Caught before the daemon is built: opening the keys can take long (a hold for the last run's sends, the
+    # server's clock, the store), and a SIGTERM meanwhile is the same graceful stop as one after the start.
+    stop_latch = StopLatch()
+    stop_latch.catch_signals(signal.SIGINT, signal.SIGTERM)
     try:
         _configure_logging(config)
-        daemon = build_daemon(config)
-        daemon.stop_latch.catch_signals(signal.SIGINT, signal.SIGTERM)  # before any thread starts
+        daemon = build_daemon(config, stop_latch=stop_latch)
         daemon.start()
-    except OSError as exc:
-        print(f"{PROG}: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        # A full disk is no bad setting: the output failure it is at run time too (the next run may find room).
-        return StopReason.OUTPUT_FAILED.exit_code if exc.errno in _DISK_FULL else 2
-    except StoreUnavailable as exc:  # the work stream's store is away (a restart): try again later, not a bad setting
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return StopReason.STORE_NOT_REACHED.exit_code
-    except StateNotWritten as exc:  # a full or failing state dir: the output failure it is at run time too
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return StopReason.OUTPUT_FAILED.exit_code
-    except ThreadClientError as exc:  # a bad setting, or a key another process on this host holds
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    except BaseException as exc:
+        stop_latch.close()  # nothing runs: the signals' own handling back
+        return _start_refused(exc)
     summary = daemon.run()
     print(summary.text(), flush=True, file=sys.stderr if config.results == "-" else sys.stdout)
     if config.summary_json:

@@ -102,11 +102,13 @@ class Daemon:
         admit: Callable[[Work], Work | InvalidInput] | None = None,
         clock: Clock = monotonic,
         max_restarts: int = 3,
+        stop_latch: StopLatch | None = None,
     ) -> None:
         self.config = config
         self._admit = admit  # the profile's checks of an input line (what the console requeues from the input)
         self._clock = clock
-        self.stop_latch = StopLatch()
+        # Given by a caller that catches signals before the daemon is built (a stop during the start is a stop too).
+        self.stop_latch = stop_latch if stop_latch is not None else StopLatch()
         # The stages of the shutdown that wait on an event rather than on a queue, set in dependency order.
         self._stop_producer = SelectableEvent()  # its source watches it, or polls it beside a pipe
         self._stop_workers = threading.Event()  # a worker of a key leased elsewhere waits on it

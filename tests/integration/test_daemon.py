@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import subprocess
 
 import pytest
 
-from conftest import assert_clean_run, read_summary, run_client, wait_for
-from tools.harness.client_process import GRAVEYARD_FILE
+from conftest import ROOT, assert_clean_run, read_summary, run_client, wait_for
+from tools.harness.client_process import GRAVEYARD_FILE, client_command
 from thread_client.config import Config
 from thread_client.cli import build_daemon
 
@@ -55,6 +57,27 @@ def test_signal_stops_the_daemon_cleanly(start_server, client_process, tmp_path,
     assert summary["stop_reason"] == sig.name
     assert_clean_run(summary, server.stats())
     assert "created" in out and "==" in out
+
+
+def test_a_sigterm_while_the_daemon_is_still_starting_is_the_same_clean_stop(tmp_path):
+    """Opening the keys can take long (a hold for the last run's sends is logged there, the server's clock is
+    read): a SIGTERM then met the default handler, the process died (-15) and no summary was written. The start
+    is caught here reading the server's clock (a fixed-window profile) from a listener that never answers."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(30)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        process = subprocess.Popen(
+            client_command(url, tmp_path, "--profile", "examples/profiles/fixed-window-weights.toml"),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            connection, _ = listener.accept()  # the daemon asks the server's clock: it is being built
+            process.send_signal(signal.SIGTERM)
+            connection.close()  # the clock read fails, the start goes on (and nothing more is let in)
+            out, _ = process.communicate(timeout=60)
+        finally:
+            process.kill()
+    assert process.returncode == 0, out
+    assert read_summary(tmp_path)["stop_reason"] == "SIGTERM"
 
 
 def test_daemon_in_process_joins_every_thread(fast_server, tmp_path):

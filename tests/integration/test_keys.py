@@ -10,6 +10,7 @@ import time
 import requests
 
 from conftest import KEYS, ROOT, read_summary, run_client, scrape_text, wait_for
+from thread_client import defaults
 from thread_client.limits.keys import mask
 from tools.harness.client_process import client_command
 from tools.harness.processes import free_port
@@ -41,14 +42,20 @@ def test_a_second_daemon_on_the_same_keys_is_refused_at_once(start_server, clien
 def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blocked(start_server, tmp_path):
     server = start_server("--max-latency-ms", "5")
     result, summary = run_client(server, tmp_path, "--rate", "25", "--load", "saturate", "--duration", "60")
-    assert result.returncode == 3, result.stdout  # every key parked: "all keys retired"
-    assert summary["retired_keys"] == {mask(key): "parked" for key in KEYS}
-    parked = [line for line in result.stdout.splitlines() if "parked" in line and " ERROR " in line]
-    assert len(parked) == 5 and all("another client is likely using this key" in line for line in parked)
+    assert result.returncode == 3, result.stdout  # every key retired: "all keys retired"
+    retirements = [line for line in result.stdout.splitlines()
+                   if " ERROR " in line and "another client is likely using this key" in line]
     stats = server.stats()
+    # A key parks at its third strike; the sends its other threads had in flight then may strike too, and its
+    # fourth strike in all runs (the server's block, 10, less what six threads may have in flight) spends its
+    # budget for good: no un-park may lift that. Which of the two a key ends in is the network's to decide.
+    budget = defaults.SERVER_MAX_429 - defaults.THREADS_PER_KEY
     for key in KEYS:
+        strikes = stats["keys"][key]["rate_limited"]
         assert not stats["keys"][key]["is_blocked"]
-        assert 3 <= stats["keys"][key]["rate_limited"] <= 5  # the budget, plus what was already in flight
+        assert defaults.MAX_STRIKES <= strikes <= defaults.MAX_STRIKES + defaults.THREADS_PER_KEY - 1
+        assert summary["retired_keys"][mask(key)] == ("parked" if strikes < budget else "strike budget spent")
+        assert any(f"key {mask(key)} retired (" in line for line in retirements)
     assert summary["identity_holds"] and summary["accepted"] == stats["totals"]["accepted"]
 
 

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from thread_client import defaults
+
 from .checker import Violation, check, check_bad_command_line, collect
 from .nemesis import Fault, draw_timeline, play_timeline
 from .operator import Command, draw_commands, play_commands
@@ -38,8 +40,13 @@ class SeedResult:
 
 
 def heal_bound(setting: Setting) -> float:
-    """How long the work may take to finish once every fault has ended: a minute, and the input at 20/s."""
-    return 60 + setting.requests / 20
+    """How long the work may take to finish once every fault has ended: a minute, the input at 20/s, and the
+    longest quiet the design keeps after a fault. A key whose sends were left in doubt sends nothing until the
+    exchange can no longer stamp them: the late-answer cap, a window and the unanswered hold from the fault
+    (a daemon stopped during a freeze; a member killed, or cut off from the store past its lease, whose lease
+    runs out unreleased: its next owner cannot know how many it left)."""
+    quiet = defaults.LATE_ANSWER_CAP + defaults.WINDOW + defaults.HTTP_TIMEOUT
+    return 60 + setting.requests / 20 + quiet + (defaults.LEASE_TTL if setting.topology == "cluster" else 0.0)
 
 
 def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path | None = None) -> SeedResult:
