@@ -7,7 +7,10 @@ import select
 import signal
 import time
 
+import pytest
+
 from conftest import KEY, KEYS, assert_clean_run, read_summary, run_client, scrape_text, wait_for
+from thread_client import defaults
 from thread_client.limits.keys import mask
 from tools.harness.processes import free_port
 from tools.harness.client_process import GRAVEYARD_FILE
@@ -72,6 +75,7 @@ def test_the_full_endpoint_url_works_like_the_base(start_server, tmp_path):
     assert_clean_run(summary, server.stats())
 
 
+@pytest.mark.slow
 def test_connections_the_server_closes_while_idle_cost_no_retry(start_server, tmp_path):
     # Two sends per key a second: every kept connection sits idle longer than the server keeps it. The server
     # says so (Keep-Alive: timeout=0.3), so the client replaces each one before sending on it: a server's close
@@ -101,6 +105,7 @@ def test_a_server_that_closes_every_connection_costs_a_reconnect_not_a_failure(s
 
 # -- HTTPS ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_https_with_a_private_ca(start_server, tmp_path):
     tls = tls_setup(tmp_path)
     server = start_server("--max-latency-ms", "2", *tls.server_args, ssl_context=tls.context)
@@ -125,6 +130,7 @@ def test_https_against_the_wrong_ca_is_an_outage_that_buries_nothing(start_serve
 
 # -- outages -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_server_never_up_is_named_and_nothing_is_buried_before_the_end(start_server, tmp_path):
     server = start_server("--max-latency-ms", "2")
     server.stop()
@@ -137,6 +143,7 @@ def test_a_server_never_up_is_named_and_nothing_is_buried_before_the_end(start_s
     assert graveyard_reasons(tmp_path) <= {"shutdown"}
 
 
+@pytest.mark.slow
 def test_a_ten_second_outage_mid_run_buries_nothing_and_full_speed_resumes(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     metrics_port = free_port()
@@ -153,8 +160,9 @@ def test_a_ten_second_outage_mid_run_buries_nothing_and_full_speed_resumes(start
     out, _ = client.communicate(timeout=30)
     assert client.returncode == 0, out
     summary = read_summary(tmp_path)
-    # Only the requests in flight when the server died spent a retry (at most one per worker thread).
-    assert summary["identity_holds"] and summary["retries"] <= 10
+    # Only the requests in flight when the server died spent a retry, one per worker thread at most (a send
+    # refused costs none, nor does one the outage leaves unanswered): ten seconds of probes spent nothing.
+    assert summary["identity_holds"] and summary["retries"] <= len(KEYS) * defaults.THREADS_PER_KEY
     assert graveyard_reasons(tmp_path) <= {"shutdown"}
     assert "connection refused" in out and "answers again after an outage" in out
 

@@ -9,6 +9,9 @@ import pytest
 from tools.campaign.run import play_seed
 from tools.campaign.setting import draw_setting
 
+# Long: every test here runs daemons through faults for tens of seconds (conftest puts them first).
+pytestmark = pytest.mark.slow
+
 #: seed -> what it plays (checked below, so the comment cannot drift from the draw).
 CI_SEEDS = {
     1036: ("single", "file", "at-least-once"),  # SIGKILL and a rerun of the same file

@@ -240,6 +240,7 @@ def quiet(server, key: str, seconds: float) -> bool:
     return accepted_at_server(server).get(key, 0) == before
 
 
+@pytest.mark.slow
 def test_a_key_paused_from_the_console_stops_on_the_member_that_owns_it(start_group, fast_server):
     port, token, _ = start_group(REQUESTS)
     paused, others = DEFAULT_KEYS[0], DEFAULT_KEYS[1:]

@@ -97,6 +97,7 @@ def chromium():
         driver.quit()
 
 
+@pytest.mark.slow
 def test_the_console_pauses_a_key_requeues_a_dead_letter_and_drains(console_daemon, fast_server, chromium):
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By

@@ -136,6 +136,7 @@ def fill_the_window_of(server, secret: str, port: int, short_id: str) -> None:
         wait_for(parked_after_a_burst, timeout=30)
 
 
+@pytest.mark.slow
 def test_a_parked_key_is_unparked_and_a_retired_key_sends_nothing_more(start_server, tmp_path):
     """One strike parks a key here (``--max-strikes 1``; the server blocks a key only after 1000, and the lifetime
     budget is far off): un-parked, it sends again with a fresh budget; another key retired sends nothing more, the

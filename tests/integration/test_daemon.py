@@ -15,6 +15,7 @@ from thread_client.config import Config
 from thread_client.cli import build_daemon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads_per_key", ["1", "2"])
 def test_daemon_run_against_the_reference_server(start_server, tmp_path, threads_per_key):
     server = start_server()
@@ -28,6 +29,7 @@ def test_daemon_run_against_the_reference_server(start_server, tmp_path, threads
     assert all(json.loads(line)["reason"] == "shutdown" for line in graveyard)
 
 
+@pytest.mark.slow
 def test_far_from_the_exchange_the_order_rule_bets_nonces_never_a_strike_and_loses_nothing(start_server, tmp_path):
     # 0-150 ms each way: the learnt gap lets some sends be overtaken inside the server (a 400 that cost only
     # its slot, sent again under a fresh nonce); the window rule still allows no strike.

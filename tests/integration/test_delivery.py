@@ -9,6 +9,8 @@ import math
 import os
 import re
 
+import pytest
+
 from conftest import run_client
 from full_disk import FillingDisk
 from thread_client.cli import build_config, build_daemon
@@ -40,6 +42,7 @@ def client_fates(workdir, created: int) -> tuple[set[str], dict[str, str]]:
     return {str(n) for n in range(1, created + 1)} - set(buried), buried
 
 
+@pytest.mark.slow
 def test_exactly_once_accepts_nothing_twice_and_knows_every_fate(start_server, tmp_path):
     server = start_server(*LOSSY)
     result, summary = run_client(server, tmp_path, "--delivery", "exactly-once", "--load", "saturate",
@@ -59,6 +62,7 @@ def test_exactly_once_accepts_nothing_twice_and_knows_every_fate(start_server, t
     assert "exactly-once" in result.stdout
 
 
+@pytest.mark.slow
 def test_at_least_once_duplicates_at_most_what_it_reports_ambiguous(start_server, tmp_path):
     server = start_server(*LOSSY)
     result, summary = run_client(server, tmp_path, "--load", "saturate", "--duration", "8")
@@ -70,6 +74,7 @@ def test_at_least_once_duplicates_at_most_what_it_reports_ambiguous(start_server
     assert all("ambiguous_attempts" in record for record in records)
 
 
+@pytest.mark.slow
 def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun_accepts_nothing_twice(
         start_server, tmp_path):
     # The disk fills after some records: a request accepted by the exchange cannot get its record. Its key must
@@ -107,6 +112,7 @@ def test_exactly_once_a_record_the_full_disk_refused_stops_its_key_and_the_rerun
     assert set(by_id) == {f"r{n}" for n in range(1, 301)} and set(by_id.values()) == {1}
 
 
+@pytest.mark.slow
 def test_at_least_once_a_full_disk_stops_the_run_and_the_rerun_marks_every_request_it_sends_again(
         start_server, tmp_path):
     # The results and the send journal share one disk, which the journal's lines fill: a journal line is the first

@@ -89,6 +89,7 @@ def _check_the_first_run_s_records(results: Path) -> None:
     assert samples and all(set(sample) == set(records[0]) for sample in samples)
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly_and_its_pages_load_nothing_from_the_network(tmp_path: Path):
     """No CDN, no web fonts: every script, style sheet and font a page or style sheet names is in the site.
     (Material's bundle names two URLs it loads only on demand: a ResizeObserver polyfill for browsers

@@ -101,6 +101,7 @@ def test_server_down_at_start_then_up(start_server, client_process, tmp_path):
     assert "retries_exhausted" not in summary["graveyard_by_outcome"]
 
 
+@pytest.mark.slow
 def test_server_restart_mid_run_and_client_restart(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     client = client_process(server, tmp_path)
@@ -196,6 +197,7 @@ def test_server_survives_malformed_requests_without_leaking_threads(fast_server)
     wait_for(lambda: fast_server.stats()["threads"] <= baseline, timeout=10)
 
 
+@pytest.mark.slow
 def test_three_freezes_of_the_exchange_under_saturating_load_earn_no_strike(start_server, client_process, tmp_path):
     """The server's process stopped (SIGSTOP) for 3.5, 4.5 and 3 s under load: every request sent meanwhile
     waits in its socket and is stamped when it thaws, long after its timeout. Freeing a slot a guess after

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 import requests
 
 from conftest import KEYS, ROOT, read_summary, run_client, scrape_text, wait_for
@@ -39,6 +40,7 @@ def test_a_second_daemon_on_the_same_keys_is_refused_at_once(start_server, clien
     assert stats["accepted"] == read_summary(tmp_path)["accepted"]  # every acceptance was the first daemon's
 
 
+@pytest.mark.slow
 def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blocked(start_server, tmp_path):
     server = start_server("--max-latency-ms", "5")
     result, summary = run_client(server, tmp_path, "--rate", "25", "--load", "saturate", "--duration", "60")
@@ -59,6 +61,7 @@ def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blo
     assert summary["identity_holds"] and summary["accepted"] == stats["totals"]["accepted"]
 
 
+@pytest.mark.slow
 def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "2")
     # Another client once pushed this key's last nonce 19 hours ahead of the wall clock.
@@ -83,6 +86,7 @@ def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_ser
     assert summary["per_key"][mask(KEYS[0])]["accepted"] > 0
 
 
+@pytest.mark.slow
 def test_strikes_are_remembered_across_runs_so_a_restarted_daemon_never_gets_a_key_blocked(start_server, tmp_path):
     # The --rate 25 of docs/promises/keys-and-nonces.md under a supervisor that restarts the daemon: each run
     # parks its keys after three strikes; with a fresh budget every run, the server (which never forgets)
@@ -136,6 +140,7 @@ def test_a_cluster_member_and_a_host_mode_daemon_on_the_same_keys_and_state_dir_
     assert member.returncode == 0, out
 
 
+@pytest.mark.slow
 def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meets_no_stamp_of_its_last_run(
         start_server, client_process, tmp_path):
     """Seed 9307: the first run's sends into the frozen exchange were unanswered when it stopped (SIGTERM), and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, run_client, wait_for
@@ -39,6 +40,7 @@ def test_metrics_endpoint_is_scraped_during_a_run(fast_server, tmp_path):
     assert buckets == sorted(buckets) and buckets[-1] == count >= 50
 
 
+@pytest.mark.slow
 def test_log_file_rotates_and_per_request_lines_need_debug(fast_server, tmp_path):
     log = tmp_path / "client.log"
     result, _ = run_client(fast_server, tmp_path, "--duration", "2", "--log-level", "DEBUG", "--log-file", str(log),

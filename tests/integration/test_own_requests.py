@@ -110,6 +110,7 @@ class Recorder(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_params_travel_in_the_query_a_form_body_or_a_json_body(tmp_path):
     source = tmp_path / "in.jsonl"
     write_requests(source, 3)
@@ -165,6 +166,7 @@ def crash_three_times(server, client_process, tmp_path, source, *args: str) -> N
         client.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_server, client_process, tmp_path):
     server = start_server("--seed", "11")  # default latencies: a few requests are always on the wire at a kill
     source = tmp_path / "in.jsonl"
@@ -183,6 +185,7 @@ def test_sigkill_and_restart_three_times_leave_exactly_one_record_per_id(start_s
     assert {record["outcome"] for record in results} == {"accepted"}
 
 
+@pytest.mark.slow
 def test_exactly_once_sigkill_and_restart_three_times_accept_nothing_twice(start_server, client_process, tmp_path):
     # Slow answers: when a kill lands, most keys have a send on the wire, often accepted and not yet answered.
     server = start_server("--max-latency-ms", "200", "--seed", "11")
@@ -205,6 +208,7 @@ def test_exactly_once_sigkill_and_restart_three_times_accept_nothing_twice(start
     assert settled_by_earlier_copy and all(r["ambiguous_attempts"] >= 1 for r in settled_by_earlier_copy)
 
 
+@pytest.mark.slow
 def test_exactly_once_after_a_crash_and_a_lost_state_dir_the_sends_on_the_wire_end_unknown_not_settled(
         start_server, client_process, tmp_path):
     """The state dir (nonce marks, host locks) gone between the crash and the restart: another process may
@@ -227,6 +231,7 @@ def test_exactly_once_after_a_crash_and_a_lost_state_dir_the_sends_on_the_wire_e
     assert server.stats()["totals"]["duplicate_accepts"] == 0
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_unsent_requests_for_the_next_run_not_buried(start_server, client_process, tmp_path):
     server = start_server("--max-latency-ms", "5")
     source = tmp_path / "in.jsonl"
@@ -248,6 +253,7 @@ def test_sigterm_leaves_unsent_requests_for_the_next_run_not_buried(start_server
     assert set(ids) == {f"order-{n}" for n in range(1, 501)} and set(ids.values()) == {1}
 
 
+@pytest.mark.slow
 def test_work_not_sent_because_every_key_was_parked_is_left_for_the_rerun_not_buried(start_server, tmp_path):
     # The client believes in 20 per second, the server allows 7: every key strikes out and is parked by the
     # client's own decision. What was never sent must not get a final record, or the rerun would skip it.
@@ -411,6 +417,7 @@ cost = { "GET /api/request" = 1, "POST /api/order" = 4 }
 """
 
 
+@pytest.mark.slow
 def test_one_file_mixes_endpoints_of_different_cost_and_nothing_is_refused(start_server, tmp_path):
     """The server counts an order as 4 of a key's 20 per second, a usual request as 1; the profile says the
     same, so the client paces each at its own cost: every request accepted where it was sent, no 429."""

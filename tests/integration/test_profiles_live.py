@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import KEYS, ROOT, run_client
 from thread_client.limits.rules import LimitRule
 from thread_client.profile import AnswerRule, load_profile, profile_toml
@@ -63,6 +65,7 @@ def test_the_signed_json_profile_runs_clean_and_no_secret_reaches_any_output(sta
             assert secret not in text
 
 
+@pytest.mark.slow
 def test_a_server_clock_30_s_behind_with_no_time_endpoint_is_read_from_a_date_before_the_first_send(
         start_server, tmp_path):
     keys = keys_file(tmp_path)
@@ -77,6 +80,7 @@ def test_a_server_clock_30_s_behind_with_no_time_endpoint_is_read_from_a_date_be
     assert summary["graveyard"] == 0
 
 
+@pytest.mark.slow
 def test_a_host_ban_is_waited_out_by_every_key_and_never_sent_into(start_server, tmp_path):
     # A client that overdrives its keys (20 per second where the server allows 5: 429s come however slowly it
     # runs) draws 429s; two within a minute ban the host for 3 s (longer than the hold after a strike, so the
@@ -133,6 +137,7 @@ def _plain_keys(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_fixed_window_is_ridden_aligned_to_a_server_clock_set_off_by_its_date(start_server, tmp_path):
     """The server counts 20 per key in each second of a clock 2.7 s behind true time, which only its Date shows.
     The daemon places the windows from the answers: no 429, and a key's sends 20 apart closer than a period and

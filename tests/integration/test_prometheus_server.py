@@ -40,6 +40,7 @@ def most_accepted_per_second(window: float) -> float:
     return len(DEFAULT_KEYS) * defaults.RATE * (window / defaults.WINDOW + 1) / window * 1.25
 
 
+@pytest.mark.slow
 def test_a_real_prometheus_scrapes_the_daemon_and_runs_every_dashboard_query(fast_server, tmp_path):
     config = Config(url=fast_server.url, graveyard=str(tmp_path / "g.jsonl"), metrics_port=0, load="saturate")
     with build_daemon(config) as daemon:

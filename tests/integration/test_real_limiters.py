@@ -45,6 +45,7 @@ def gateway_profile_with(limit: LimitRule, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["moving-window", "fixed-window"])
 def test_flask_limiter_20_per_second_per_key_is_ridden_with_no_429(tmp_path, strategy):
     # Its fixed window starts at a key's first hit, not on the clock (no fixed-window rule places it): each such

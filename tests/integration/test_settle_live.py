@@ -8,6 +8,8 @@ import collections
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, run_client
 
 PROFILE = str(ROOT / "examples" / "profiles" / "reference-orders.toml")
@@ -85,6 +87,7 @@ def test_a_timed_out_order_is_settled_as_found(start_server, tmp_path):
     assert summary["ambiguous_attempts"] == len(ORDERS)
 
 
+@pytest.mark.slow
 def test_an_order_the_exchange_does_not_have_is_sent_again_once_per_miss(start_server, tmp_path):
     """The server drops connections before it takes the order: each drop is asked about twice (found missing
     twice, the second time once the dropped copy could no longer be taken), then sent again once under the same

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, stream_records, wait_for
 from tools.harness.valkey_process import ValkeyProcess
 
@@ -32,6 +34,7 @@ def test_submit_refuses_bad_lines_and_skips_ids_seen_before(valkey, tmp_path):
     assert valkey.client().xlen("work") == 40
 
 
+@pytest.mark.slow
 def test_a_daemon_works_the_stream_with_one_acknowledged_record_per_entry(valkey, fast_server, client_process,
                                                                            tmp_path):
     submit(valkey, tmp_path, requests(1, 120))
@@ -111,6 +114,7 @@ def test_a_store_that_requires_a_password_is_reached_with_the_one_in_the_address
     assert "pa55-word" not in out
 
 
+@pytest.mark.slow
 def test_a_work_entry_goes_to_its_own_endpoint_at_its_own_cost(valkey, start_server, client_process, tmp_path):
     """``submit`` keeps a line's endpoint in its entry; the member checks it against its profile, and paces
     each at its cost: an order is 4 of a key's 20 per second at the server and in the profile alike."""
