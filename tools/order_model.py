@@ -16,6 +16,7 @@ and the strike-free ceiling ``20 x 1000 / (1001 + mean round trip)`` per key.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import math
 import random
@@ -56,23 +57,28 @@ def round_trip_sampler(max_latency_ms: int, dist: str, rng: random.Random,
     return lambda: _latency(rng, max_latency_ms, dist) + _latency(rng, outgoing, dist)
 
 
+@functools.lru_cache(maxsize=8)
+def _latencies(max_latency_ms: int, outgoing_ms: int, dist: str, sends: int, seed: int) -> tuple[tuple[int, int], ...]:
+    """Each send's incoming and outgoing latency, drawn once: every gap of a ``best_gap`` meets the same ones."""
+    rng = random.Random(seed)
+    return tuple((_latency(rng, max_latency_ms, dist), _latency(rng, outgoing_ms, dist)) for _ in range(sends))
+
+
 def simulate(gap_ms: float, max_latency_ms: int, *, max_outgoing_ms: int | None = None, dist: str = "uniform",
              threads: int | None = None, sends: int = 20_000, seed: int = 1) -> GapResult:
     """One key sending ``sends`` requests, each at least ``gap_ms`` after the previous one or after its
     answer, as the window rule and ``threads`` (None: as many as it takes) allow. ``max_latency_ms`` bounds
     the incoming latency, and the outgoing one unless ``max_outgoing_ms`` is given."""
-    rng = random.Random(seed)
     outgoing_ms = max_latency_ms if max_outgoing_ms is None else max_outgoing_ms
     free_at = [0.0] * RATE  # a heap: when each slot frees, by the client's window rule
     idle_at = [0.0] * (threads or RATE)  # a heap: when each thread is done with its send (no more than slots)
     last_send, last_answer = -math.inf, -math.inf
     arrivals: list[tuple[float, int]] = []  # (stamp at the server, send order)
     round_trips, at_risk = 0.0, 0
-    for order in range(sends):
+    for order, (incoming, outgoing) in enumerate(_latencies(max_latency_ms, outgoing_ms, dist, sends, seed)):
         gate = min(last_send + gap_ms, last_answer)
         sent = max(gate, heapq.heappop(free_at), heapq.heappop(idle_at), 0.0)
         at_risk += sent < last_answer
-        incoming, outgoing = _latency(rng, max_latency_ms, dist), _latency(rng, outgoing_ms, dist)
         last_send, last_answer = sent, sent + incoming + outgoing
         heapq.heappush(free_at, last_answer + WINDOW_MS)
         heapq.heappush(idle_at, last_answer)
@@ -89,6 +95,7 @@ def simulate(gap_ms: float, max_latency_ms: int, *, max_outgoing_ms: int | None 
     return GapResult(gap_ms, accepted / duration_s, 1 - accepted / sends, ceiling, at_risk / sends)
 
 
+@functools.lru_cache(maxsize=32)
 def best_gap(max_latency_ms: int, *, max_outgoing_ms: int | None = None, dist: str = "uniform",
              threads: int | None = None, gaps: range = range(0, 151, 5), sends: int = 20_000) -> GapResult:
     """The fixed gap that gets the most requests accepted per second, of ``gaps`` (ms)."""

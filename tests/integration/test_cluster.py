@@ -16,16 +16,20 @@ import time
 import pytest
 
 from conftest import ROOT, records_written, stream_records, wait_for
+from thread_client import defaults
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.leases import lease_holders
 from tools.harness.client_process import client_command
 from tools.harness.tcp_proxy import TcpProxy
 
-# Long: every test here runs daemons through faults for tens of seconds (conftest puts them first).
-pytestmark = pytest.mark.slow
+# Long: every test here runs daemons through faults for tens of seconds (conftest puts them first); the bound of
+# a hang is the sum of its steps' waits, not the suite's two minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 KEY_COUNT = 10
-LEASE_TTL = 1.5
+# The daemon's own: renewed every second, each store call given half a second. At 1.5 s (a quarter of a second per
+# call) a busy machine's one slow reply could let a lease run out, and its next owner keeps quiet two minutes.
+LEASE_TTL = defaults.LEASE_TTL
 WINDOW = 1.001
 _TOOK = re.compile(r"(\S+): took the lease of (\S+), fence (\d+)")
 
@@ -212,16 +216,23 @@ def test_a_member_cut_off_from_the_store_stops_sending_before_its_leases_end(clu
 
 def test_valkey_restarted_mid_run_pauses_the_members_and_loses_nothing(cluster, valkey, tmp_path):
     server, start, members = cluster
+    # Leases that outlive the restart (a lease run out would hold its key two minutes): a store away for less than
+    # the lease less a keeper round and the margin costs a pause, nothing more.
+    ttl = 10.0
     submit(valkey, tmp_path, 2000)
     for name in ("m1", "m2"):
-        start(name)
+        start(name, valkey.url, "--lease-ttl-ms", str(ttl * 1000))  # a later flag wins over the fixture's
     store = valkey.client()
     wait_for(lambda: records_written(store) >= 400, timeout=60)
+    began = time.monotonic()
     valkey.restart()  # a clean stop: the append-only file has every write
+    away = time.monotonic() - began
+    assert away < ttl - ttl / 3 - ttl / 10, f"Valkey was away {away:.1f} s, longer than a lease survives"
     wait_for(lambda: records_written(store) >= 2000, timeout=90)
     stop_all(members)
     assert_one_accepted_record_each(store, 2000)
     assert_no_strike(server)
+    assert not any("lost the lease" in (tmp_path / name / "log.txt").read_text() for name in ("m1", "m2"))
 
 
 def test_a_rolling_restart_leaves_no_gap_longer_than_a_lease_and_a_window(cluster, valkey, tmp_path):

@@ -202,9 +202,9 @@ def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tm
     assert judged(2.0, faults=(Fault(2.0, 3.0, "exchange-freeze"),)) == set()  # a frozen exchange's backlog
     assert judged(2.0, faults=(Fault(20.0, 3.0, "exchange-freeze"),)) == {"sent_while_paused"}
     assert judged(2.0, run_ended=paused_at + 1.0) == set()  # a next run of a single daemon knows no pause
-    assert judged(3.0, target=group, run_ended=paused_at + 1.0) == {"sent_while_paused"}  # a group's outlives it
+    assert judged(3.5, target=group, run_ended=paused_at + 1.0) == {"sent_while_paused"}  # a group's outlives it
     assert judged(2.2, target=group) == set()  # within the keeper's rounds: the members have not all read it yet
-    assert judged(3.0, target=group, faults=(Fault(3.0, 2.0, "store-cut-member", "m1"),)) == set()
+    assert judged(3.5, target=group, faults=(Fault(4.0, 2.0, "store-cut-member", "m1"),)) == set()
 
 
 KEY_NAME = f"{KEY[:4]}...{KEY[-4:]}"

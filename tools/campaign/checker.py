@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import mask
 
@@ -33,8 +34,10 @@ DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4})
 START_UP_S = 3.0
 #: At most this many ids are named in one violation.
 SHOWN_IDS = 10
-#: A send that left before a pause was answered reaches the exchange within its latency and this much more.
-PAUSE_GRACE_S = 0.5
+#: A send whose permit was given before a pause was answered reaches the exchange within its latency and this much
+#: more: the unanswered hold the limiter itself allows it (its bytes may leave late on a busy machine, and pass the
+#: harness's proxy, a Python thread, on their way).
+PAUSE_GRACE_S = defaults.HTTP_TIMEOUT
 #: A group's pause is a flag in the store that each member's lease keeper reads once a round (a third of the lease,
 #: after the round's own store calls): two rounds' worth, for a loaded machine.
 KEEPER_ROUND_S = 2.0
