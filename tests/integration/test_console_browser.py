@@ -136,9 +136,15 @@ def test_the_console_pauses_a_key_requeues_a_dead_letter_and_drains(console_daem
     give_token(TOKEN)
     page.until(lambda _: key_state(paused) == "paused")
 
-    # Paused: once what it had in flight is over (the HTTP timeout bounds each send: one round trip), the server
-    # sees nothing more from it for 3 s, while the other keys go on.
-    time.sleep(HTTP_TIMEOUT_S + 0.1)
+    # Paused: once what it had in flight is over (a span of the HTTP timeout with nothing accepted, waited for: a
+    # send that left before the pause may be stamped late on a busy machine), the server sees nothing more from it
+    # for 3 s, while the other keys go on.
+    def quiet(seconds: float) -> bool:
+        before = accepted_at_server(paused)
+        time.sleep(seconds)
+        return accepted_at_server(paused) == before
+
+    wait_for(lambda: quiet(HTTP_TIMEOUT_S + 0.1), timeout=PATIENCE)
     still = accepted_at_server(paused)
     others = sum(accepted_at_server(key) for key in DEFAULT_KEYS[1:])
     with pytest.raises(TimeoutException):

@@ -3,6 +3,7 @@ nonces that survive a crash, a restart and a server far ahead."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -36,7 +37,8 @@ def test_a_second_daemon_on_the_same_keys_is_refused_at_once(start_server, clien
     out, _ = first.communicate(timeout=30)
     assert first.returncode == 0, out
     stats = server.stats()["totals"]
-    assert stats["rate_limited"] == 0 and stats["invalid_nonce"] == 0
+    # Invalid nonces only as rare as the order rule's bet allows (conftest.assert_clean_run).
+    assert stats["rate_limited"] == 0 and stats["invalid_nonce"] * 50 <= max(stats["accepted"], 250)
     assert stats["accepted"] == read_summary(tmp_path)["accepted"]  # every acceptance was the first daemon's
 
 
@@ -63,7 +65,8 @@ def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blo
 
 @pytest.mark.slow
 def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_server, client_process, tmp_path):
-    server = start_server("--max-latency-ms", "2")
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--ledger", str(ledger))
     # Another client once pushed this key's last nonce 19 hours ahead of the wall clock.
     ahead = time.time_ns() // 1000 + 19 * HOUR_US
     answer = requests.get(f"{server.url}/api/request", params={"api_key": KEYS[0], "nonce": ahead, "req_id": "x"},
@@ -79,10 +82,12 @@ def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_ser
     assert invalid >= 40  # the skip-ahead doubles to an hour a step, then catches up
     again_dir = tmp_path / "again"
     again_dir.mkdir()
+    seen = len(ledger.read_text().splitlines())
     result, summary = run_client(server, again_dir, "--state-dir", str(state), "--duration", "3")
     assert result.returncode == 0, result.stdout
-    after = server.stats()["keys"][KEYS[0]]
-    assert after["invalid_nonce"] == invalid  # the first request of the new process was accepted, and every one after
+    # The new process's first request on the key was accepted: its nonces started above the mark on the disk.
+    first = next(line for line in map(json.loads, ledger.read_text().splitlines()[seen:]) if line["key"] == KEYS[0])
+    assert first["verdict"] == "accepted"
     assert summary["per_key"][mask(KEYS[0])]["accepted"] > 0
 
 
@@ -159,9 +164,14 @@ def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meet
             "--http-timeout-ms", "300")
     first = client_process(server, first_dir, *args, "--metrics-port", str(ports[0]))
     wait_for(lambda: server.stats()["totals"]["accepted"] >= 10)
+    frozen_at = time.monotonic()
     with server.frozen():
-        # Every slot of the ring sent into the freeze, timed out, watched for its late answer.
-        wait_for(lambda: _metric(ports[0], f'attempts_total{{key="{mask(KEYS[0])}",outcome="timeout"}} ') >= 5)
+        # Every slot of the ring sent into the freeze, timed out, watched for its late answer: a slot answered
+        # before the freeze frees a window after its answer and its next send times out 0.3 s later, so past
+        # that every slot is held (none left) by a send with no answer, whatever a slow machine did before.
+        wait_for(lambda: time.monotonic() - frozen_at >= defaults.WINDOW + 2 * 0.3
+                 and _metric(ports[0], f'limit_remaining{{key="{mask(KEYS[0])}",') == 0
+                 and _metric(ports[0], f'attempts_total{{key="{mask(KEYS[0])}",outcome="timeout"}} ') >= 5)
         first.send_signal(signal.SIGTERM)
         out, _ = first.communicate(timeout=30)
         assert first.returncode == 0, out

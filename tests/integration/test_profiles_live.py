@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KEYS, ROOT, run_client
+from thread_client import defaults
 from thread_client.limits.rules import LimitRule
 from thread_client.profile import AnswerRule, load_profile, profile_toml
 
@@ -98,7 +99,7 @@ def test_a_host_ban_is_waited_out_by_every_key_and_never_sent_into(start_server,
                                  timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     totals = server.stats()["totals"]
-    workers = 2 * 2
+    workers = 2 * defaults.THREADS_PER_KEY  # two keys: a permit each thread held when the first 418 was read
     assert totals["bans"] >= 1 and summary["banned"] == totals["banned_answers"] >= 1
     # Only sends already in flight (or given their slot) when a ban began meet it: once one 418 is read, no
     # key sends until the ban's end.

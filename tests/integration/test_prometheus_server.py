@@ -51,6 +51,9 @@ def test_a_real_prometheus_scrapes_the_daemon_and_runs_every_dashboard_query(fas
             [sample] = prometheus.query(rate)
             assert 0 < float(sample["value"][1]) <= most_accepted_per_second(RATE_WINDOW)
 
+            # A rule's health is "unknown" until its group's first evaluation (every second): waited for.
+            wait_for(lambda: all(rule["health"] != "unknown"
+                                 for rule in prometheus.api("rules")["groups"][0]["rules"]), timeout=15)
             [group] = prometheus.api("rules")["groups"]
             assert group["name"] == "thread-client" and len(group["rules"]) == 9
             assert all(rule["health"] == "ok" for rule in group["rules"]), group["rules"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import statistics
@@ -40,30 +41,32 @@ def test_accepted_answer_echoes_req_id(fast_server):
     assert call(fast_server, api_key=KEY, nonce=1, req_id="abc-7") == (200, {"status": "OK", "req_id": "abc-7"})
 
 
-def test_twenty_accepted_then_rate_limited(fast_server):
+def test_twenty_accepted_then_rate_limited(start_server):
+    server = start_server("--max-latency-ms", "2", "--window-ms", "60000")  # the ring full however slow the calls
     with requests.Session() as session:
-        codes = [call(fast_server, session, api_key=KEY, nonce=n, req_id=n)[0] for n in range(1, 21)]
+        codes = [call(server, session, api_key=KEY, nonce=n, req_id=n)[0] for n in range(1, 21)]
         assert codes == [200] * 20
-        assert call(fast_server, session, api_key=KEY, nonce=21, req_id=21) == (
+        assert call(server, session, api_key=KEY, nonce=21, req_id=21) == (
             429,
             {"status": "error", "error_msg": MSG_RATE_LIMITED},
         )
-    key = fast_server.stats()["keys"][KEY]
+    key = server.stats()["keys"][KEY]
     assert (key["accepted"], key["rate_limited"], key["is_blocked"]) == (20, 1, False)
 
 
-def test_ten_rejections_block_the_key_for_good(fast_server):
+def test_ten_rejections_block_the_key_for_good(start_server):
+    server = start_server("--max-latency-ms", "2", "--window-ms", "60000")  # thirty calls stamped in one window
     with requests.Session() as session:
         for n in range(1, 21):
-            call(fast_server, session, api_key=KEY, nonce=n, req_id=n)
+            call(server, session, api_key=KEY, nonce=n, req_id=n)
         for n in range(21, 31):
-            assert call(fast_server, session, api_key=KEY, nonce=n, req_id=n)[1]["error_msg"] == MSG_RATE_LIMITED
+            assert call(server, session, api_key=KEY, nonce=n, req_id=n)[1]["error_msg"] == MSG_RATE_LIMITED
         for n in range(31, 34):
-            assert call(fast_server, session, api_key=KEY, nonce=n, req_id=n) == (
+            assert call(server, session, api_key=KEY, nonce=n, req_id=n) == (
                 429,
                 {"status": "error", "error_msg": MSG_BLOCKED},
             )
-    stats = fast_server.stats()
+    stats = server.stats()
     assert stats["keys"][KEY] | {"ring": None, "last_nonce": None} == {
         "accepted": 20,
         "rate_limited": 10,
@@ -77,7 +80,7 @@ def test_ten_rejections_block_the_key_for_good(fast_server):
 
 
 def test_repeated_or_lower_nonce_is_400_and_spends_a_slot(start_server):
-    server = start_server("--max-latency-ms", "1", "--rate", "3")
+    server = start_server("--max-latency-ms", "1", "--rate", "3", "--window-ms", "60000")
     assert call(server, api_key=KEY, nonce=5, req_id=1)[0] == 200
     assert call(server, api_key=KEY, nonce=5, req_id=2) == (400, {"status": "error", "error_msg": MSG_INVALID_NONCE})
     assert call(server, api_key=KEY, nonce=4, req_id=3)[0] == 400
@@ -155,7 +158,8 @@ def test_admission_is_atomic_under_many_threads():
 
 
 def test_concurrent_requests_never_exceed_the_window(start_server):
-    server = start_server("--max-latency-ms", "0")
+    # A minute's window: the forty may be stamped over more than a second on a busy machine; admission is the point.
+    server = start_server("--max-latency-ms", "0", "--window-ms", "60000")
     barrier = threading.Barrier(40)
     codes: list[int] = []
 
@@ -175,19 +179,21 @@ def test_concurrent_requests_never_exceed_the_window(start_server):
     # However the 40 interleaved, each accepted stamp is in the ring: 20 of them, within one window.
     assert key["accepted"] + key["invalid_nonce"] <= 20
     assert key["accepted"] + key["invalid_nonce"] + key["rate_limited"] + key["blocked"] == 40
-    assert ring[-1] - ring[0] <= 1000 or key["accepted"] + key["invalid_nonce"] < 20
+    assert ring[-1] - ring[0] <= 60_000 or key["accepted"] + key["invalid_nonce"] < 20
 
 
 def test_keep_alive_round_trip_has_no_nagle_stall(start_server):
-    """Headers and body leave in one write: a zero-latency round trip takes a few ms, not ~40."""
+    """Headers and body leave in one write, so a keep-alive round trip meets no delayed ACK (~40 ms): the whole
+    answer is in the first segment read. (A body written apart, held back by Nagle, would come in a later one.)
+    Judged by what arrives, not by a time a busy machine can exceed."""
     server = start_server("--max-latency-ms", "0")
-    durations = []
-    with requests.Session() as session:
-        for n in range(1, 16):
-            started = time.perf_counter()
-            call(server, session, api_key=KEYS[n % 5], nonce=n, req_id=n)
-            durations.append(time.perf_counter() - started)
-    assert statistics.median(durations) < 0.02
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        for n in range(1, 6):
+            connection.sendall(f"GET /api/request?api_key={KEYS[n % 5]}&nonce={n}&req_id={n} HTTP/1.1\r\n"
+                               "Host: 127.0.0.1\r\n\r\n".encode())
+            head, _, body = connection.recv(65536).partition(b"\r\n\r\n")
+            length = int(re.search(rb"Content-Length: (\d+)", head, re.IGNORECASE).group(1))
+            assert len(body) == length
 
 
 def test_default_latencies_follow_the_contract(start_server):
@@ -357,9 +363,11 @@ def test_an_unwritable_ledger_is_one_line_and_exit_2(tmp_path):
 
 def test_banned_for_answers_418_with_retry_after_to_every_key_until_it_ends(start_server, tmp_path):
     ledger = tmp_path / "ledger.jsonl"
+    started = time.monotonic()  # the ban runs from the server's start
     server = start_server("--max-latency-ms", "0", "--banned-for", "30", "--ledger", str(ledger))
     answer = requests.get(f"{server.url}/api/request", params={"api_key": KEYS[2], "nonce": 1, "req_id": "b"}, timeout=5)
-    assert answer.status_code == 418 and 29 <= int(answer.headers["Retry-After"]) <= 30
+    left = 30 - (time.monotonic() - started)
+    assert answer.status_code == 418 and left - 1 <= int(answer.headers["Retry-After"]) <= 30
     assert [(line["verdict"], line["status"]) for line in read_ledger(ledger)] == [("banned", 418)]
     assert server.stats()["totals"]["accepted"] == 0
     unbanned = start_server("--max-latency-ms", "0", "--banned-for", "0")
