@@ -8,12 +8,15 @@ import socket
 import threading
 import time
 from types import FrameType
+from typing import Callable
 
 from .exits import StopReason
 
 __all__ = ["StopLatch"]
 
 _FROM_THREAD = b"\0"
+#: What ``signal.signal`` takes and gives back: a function, SIG_DFL or SIG_IGN, or None (set outside Python).
+_Handler = Callable[[int, FrameType | None], object] | int | None
 
 
 class StopLatch:
@@ -37,6 +40,10 @@ class StopLatch:
         self._lock = threading.Lock()
         self._reason: StopReason | None = None
         self._caught: tuple[signal.Signals, ...] = ()
+        # What catch_signals() replaced, put back by close(): a caller in the same process (a test, an embedder) keeps
+        # its own Ctrl-C once the daemon is done, or never started.
+        self._replaced: list[tuple[signal.Signals, _Handler]] = []
+        self._replaced_wakeup_fd = -1
 
     def __repr__(self) -> str:
         return f"<StopLatch reason={self._reason!r}>"
@@ -63,9 +70,8 @@ class StopLatch:
         main thread, before any worker thread starts."""
         for signum in signals:
             StopReason.caught(signum)
-        signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
-        for signum in signals:
-            signal.signal(signum, _ignore)
+        self._replaced_wakeup_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        self._replaced = [(signum, signal.signal(signum, _ignore)) for signum in signals]
         self._caught = signals
 
     def wait(self, timeout: float | None = None) -> StopReason | None:
@@ -94,12 +100,13 @@ class StopLatch:
                         self._reason = StopReason.caught(signal.Signals(byte))
 
     def close(self) -> None:
-        """Give the signals back to their defaults and close the pipe; idempotent."""
+        """Give the signals back the handlers (and wake-up fd) they had before ``catch_signals`` and close the pipe;
+        idempotent."""
         if self._caught and threading.current_thread() is threading.main_thread():
-            signal.set_wakeup_fd(-1)
-            for signum in self._caught:
-                signal.signal(signum, signal.SIG_DFL)
-            self._caught = ()
+            signal.set_wakeup_fd(self._replaced_wakeup_fd)
+            for signum, handler in self._replaced:
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            self._caught, self._replaced = (), []
         self._reader.close()
         self._writer.close()
 

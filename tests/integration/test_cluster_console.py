@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import ROOT, control_answers, control_call, stream_records, wait_for
+from thread_client import defaults
 from thread_client.cluster.address import StoreAddress
 from thread_client.cluster.keyspace import Keyspace
 from thread_client.cluster.work_stream import WorkStream, requeue_work
@@ -254,8 +255,10 @@ def test_a_key_paused_from_the_console_stops_on_the_member_that_owns_it(start_gr
     # a key that merely stalled for a moment before the round is never taken for a paused one.
     wait_for(lambda: "paused from the store (the cluster console)" in (tmp_path / "member.log").read_text(),
              timeout=15)
+    at_pause = accepted_at_server(fast_server)[paused]
     wait_for(lambda: quiet(fast_server, paused, HTTP_TIMEOUT_S + 0.5), timeout=15)
     going = accepted_at_server(fast_server)
+    assert going[paused] - at_pause <= defaults.THREADS_PER_KEY  # a permit per worker thread, taken before it
     assert quiet(fast_server, paused, 3 * LEASE_TTL_MS / 3000)
     assert all(accepted_at_server(fast_server)[key] > going[key] for key in others)
     status = control_call(port, "GET", "/api/v1/status")[1]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, wait_for
+from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import key_id
 from tools.harness import browser
@@ -135,10 +136,11 @@ def test_the_console_pauses_a_key_requeues_a_dead_letter_and_drains(console_daem
     page.until(lambda _: "refused" in find("#token-reason").text)
     give_token(TOKEN)
     page.until(lambda _: key_state(paused) == "paused")
+    at_pause = accepted_at_server(paused)
 
     # Paused: once what it had in flight is over (a span of the HTTP timeout with nothing accepted, waited for: a
-    # send that left before the pause may be stamped late on a busy machine), the server sees nothing more from it
-    # for 3 s, while the other keys go on.
+    # send that left before the pause may be stamped late on a busy machine; a send per worker thread at most), the
+    # server sees nothing more from it for 3 s, while the other keys go on.
     def quiet(seconds: float) -> bool:
         before = accepted_at_server(paused)
         time.sleep(seconds)
@@ -146,6 +148,7 @@ def test_the_console_pauses_a_key_requeues_a_dead_letter_and_drains(console_daem
 
     wait_for(lambda: quiet(HTTP_TIMEOUT_S + 0.1), timeout=PATIENCE)
     still = accepted_at_server(paused)
+    assert still - at_pause <= defaults.THREADS_PER_KEY
     others = sum(accepted_at_server(key) for key in DEFAULT_KEYS[1:])
     with pytest.raises(TimeoutException):
         WebDriverWait(chromium, QUIET_S, poll_frequency=0.1).until(lambda _: accepted_at_server(paused) != still)

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from conftest import ROOT, control_answers, control_call, wait_for
+from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import key_id, mask
 from tools.harness.client_process import client_command, read_summary
@@ -66,9 +67,12 @@ def accepted_at_server(server) -> dict[str, int]:
 
 
 def quiet_after_sends_end(server, keys: list[str]) -> bool:
-    """Whether ``keys`` send nothing the server accepts, once what they had in flight is over: first a span of the
-    HTTP timeout and a half with nothing accepted (waited for, bounded: a send that left before the pause may be
-    stamped late on a busy machine, and a key that goes on sending never gets one), then one second more."""
+    """Whether ``keys``, just paused (parked, retired), send nothing more the server accepts once what they had in
+    flight is over: a send per worker thread of each key at most lands after this call (a permit each, taken before
+    the pause), then a span of the HTTP timeout and a half passes with nothing accepted (waited for, bounded: such
+    a send may be stamped late on a busy machine, and a key that goes on sending never gets one), and one second
+    more. A pause that took effect late would show as more sends than the key has threads."""
+    at_stop = accepted_at_server(server)
 
     def quiet(seconds: float) -> bool:
         before = accepted_at_server(server)
@@ -77,7 +81,8 @@ def quiet_after_sends_end(server, keys: list[str]) -> bool:
         return all(before.get(key, 0) == after.get(key, 0) for key in keys)
 
     wait_for(lambda: quiet(HTTP_TIMEOUT_S + 0.5), timeout=15)
-    return quiet(1.0)
+    landed = accepted_at_server(server)
+    return quiet(1.0) and all(landed.get(key, 0) - at_stop.get(key, 0) <= defaults.THREADS_PER_KEY for key in keys)
 
 
 def test_status_commands_and_pauses(daemon, fast_server):

@@ -4,6 +4,7 @@ nonces that survive a crash, a restart and a server far ahead."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -53,11 +54,16 @@ def test_a_client_faster_than_the_server_parks_its_keys_long_before_they_are_blo
     # A key parks at its third strike; the sends its other threads had in flight then may strike too, and its
     # fourth strike in all runs (the server's block, 10, less what six threads may have in flight) spends its
     # budget for good: no un-park may lift that. Which of the two a key ends in is the network's to decide.
+    # The client's own count decides (a 429 read after the HTTP timeout, on a busy machine, is none of its strikes).
     budget = defaults.SERVER_MAX_429 - defaults.THREADS_PER_KEY
     for key in KEYS:
-        strikes = stats["keys"][key]["rate_limited"]
+        counted = [int(found) for found in re.findall(
+            rf"{re.escape(mask(key))}: 429 rate limited .* strike \d+ of \d+ this run, (\d+) of {budget} in all runs",
+            result.stdout)]
+        strikes = max(counted)
         assert not stats["keys"][key]["is_blocked"]
-        assert defaults.MAX_STRIKES <= strikes <= defaults.MAX_STRIKES + defaults.THREADS_PER_KEY - 1
+        assert defaults.MAX_STRIKES <= strikes <= stats["keys"][key]["rate_limited"]
+        assert stats["keys"][key]["rate_limited"] <= defaults.MAX_STRIKES + defaults.THREADS_PER_KEY - 1
         assert summary["retired_keys"][mask(key)] == ("parked" if strikes < budget else "strike budget spent")
         assert any(f"key {mask(key)} retired (" in line for line in retirements)
     assert summary["identity_holds"] and summary["accepted"] == stats["totals"]["accepted"]
@@ -77,17 +83,22 @@ def test_nonces_far_ahead_of_the_clock_survive_a_sigkill_and_a_restart(start_ser
     wait_for(lambda: server.stats()["keys"][KEYS[0]]["accepted"] >= 30, timeout=60)
     first.kill()  # no clean shutdown: only what reached the disk counts
     first.communicate(timeout=30)
-    # Counted once the first process is gone: a 400 it drew between a count and the kill is not the next one's.
+    # Counted once the first process is gone and the server has decided what it had on the wire (its ledger still
+    # for a moment): a 400 it drew between a count and the kill is not the next one's.
+    wait_for(lambda: _lines_still(ledger))
     invalid = server.stats()["keys"][KEYS[0]]["invalid_nonce"]
     assert invalid >= 40  # the skip-ahead doubles to an hour a step, then catches up
     again_dir = tmp_path / "again"
     again_dir.mkdir()
-    seen = len(ledger.read_text().splitlines())
+    seen = len(ledger.read_text().splitlines())  # the killed process's last requests are decided: counted above
     result, summary = run_client(server, again_dir, "--state-dir", str(state), "--duration", "3")
     assert result.returncode == 0, result.stdout
-    # The new process's first request on the key was accepted: its nonces started above the mark on the disk.
+    # The new process's first request on the key was accepted: its nonces started above the mark on the disk; and
+    # after it, invalid nonces only as rare as the order rule's bet allows (conftest.assert_clean_run).
     first = next(line for line in map(json.loads, ledger.read_text().splitlines()[seen:]) if line["key"] == KEYS[0])
     assert first["verdict"] == "accepted"
+    after = server.stats()["keys"][KEYS[0]]
+    assert (after["invalid_nonce"] - invalid) * 50 <= max(after["accepted"], 250)
     assert summary["per_key"][mask(KEYS[0])]["accepted"] > 0
 
 
@@ -200,6 +211,13 @@ def _metric(port: int, start: str) -> float:
         if line.startswith(f"thread_client_{start}"):
             return float(line.rsplit(" ", 1)[1])
     return -1.0
+
+
+def _lines_still(path, seconds: float = 0.2) -> bool:
+    """Whether the file at ``path`` gained no line over ``seconds``."""
+    before = len(path.read_text().splitlines())
+    time.sleep(seconds)
+    return len(path.read_text().splitlines()) == before
 
 
 def _text(path) -> str:

@@ -174,12 +174,10 @@ def test_concurrent_requests_never_exceed_the_window(start_server):
         thread.join(10)
         assert not thread.is_alive()
     key = server.stats()["keys"][KEY]
-    ring = sorted(key["ring"])
     assert len(codes) == 40
-    # However the 40 interleaved, each accepted stamp is in the ring: 20 of them, within one window.
-    assert key["accepted"] + key["invalid_nonce"] <= 20
+    # However the 40 interleaved, each admitted stamp is in the ring: 20 of them at most, within the one window.
+    assert len(key["ring"]) == key["accepted"] + key["invalid_nonce"] <= 20
     assert key["accepted"] + key["invalid_nonce"] + key["rate_limited"] + key["blocked"] == 40
-    assert ring[-1] - ring[0] <= 60_000 or key["accepted"] + key["invalid_nonce"] < 20
 
 
 def test_keep_alive_round_trip_has_no_nagle_stall(start_server):

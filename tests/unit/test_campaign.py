@@ -10,9 +10,11 @@ import threading
 
 import pytest
 
+from thread_client.defaults import LATE_ANSWER_CAP
 from tools.campaign.checker import History, _check_pauses, check, collect
-from tools.campaign.nemesis import FAULTS, draw_timeline
+from tools.campaign.nemesis import FAULTS, Fault, draw_timeline
 from tools.campaign.operator import Command, Pause, _pause_and_resume
+from tools.campaign.run import heal_bound
 from tools.campaign.runs import ControlTarget, DaemonRun
 from tools.campaign.setting import ODD_LINES, draw_setting, input_lines
 from tools.campaign.system import System
@@ -177,8 +179,6 @@ def test_operator_commands_come_from_a_stream_of_their_own():
 
 
 def test_a_send_on_a_paused_key_is_found_unless_a_fault_may_have_held_it_back(tmp_path):
-    from tools.campaign.nemesis import Fault
-
     setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
                                   requests=3, odd_lines=0, tls=False, max_latency_ms=50)
     system = System(setting, tmp_path, lambda line: None)
@@ -284,3 +284,17 @@ def test_a_resume_the_control_api_refuses_is_asked_again_so_the_pause_does_not_o
     assert not thread.is_alive()
     resumes = [status for _, path, status in _Console.calls if path.endswith("/resume")]
     assert 200 in resumes, f"the pause was never lifted: resumes answered {resumes}, pause recorded {pause}"
+
+
+def test_the_heal_bound_holds_the_design_s_quiet_only_where_a_fault_may_call_for_it():
+    """A lease that may run out (a member killed, a store fault) or a stop meeting sends in doubt: the next owner or
+    run keeps quiet the late-answer cap; an exchange restart alone leaves nothing that waits so long."""
+    cluster = dataclasses.replace(draw_setting(1, 10), topology="cluster", members=2, requests=400)
+    single = dataclasses.replace(cluster, topology="single", members=1)
+    plain = 60 + 400 / 20
+    assert heal_bound(cluster, [Fault(1.0, 2.0, "exchange-restart")]) == plain
+    assert heal_bound(cluster, [Fault(1.0, 2.0, "store-client-kill")]) > plain + LATE_ANSWER_CAP
+    assert heal_bound(single, [Fault(1.0, 2.0, "store-client-kill")]) == plain  # no lease to run out
+    assert heal_bound(single, [Fault(1.0, 2.0, "daemon-term")]) == plain
+    assert heal_bound(single, [Fault(1.0, 2.0, "exchange-freeze"), Fault(2.0, 1.0, "daemon-term", "m1")]) > (
+        plain + LATE_ANSWER_CAP)

@@ -285,11 +285,12 @@ def test_a_state_dir_that_refuses_a_write_at_start_is_the_output_failure_not_a_b
         raise StateNotWritten("the ids taken in", OSError(28, "No space left on device"))
 
     monkeypatch.setattr(cli, "build_daemon", refuse)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     assert cli.main(["--source", "generate", "--duration", "1"]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "could not be written to the state dir (No space left on device)" in error
-    # Caught for the start, given back when nothing runs: this process's SIGTERM kills it again.
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.set_wakeup_fd(-1) == -1
+    # Caught for the start, given back as they were when nothing runs: this process's Ctrl-C and SIGTERM are its own.
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers and signal.set_wakeup_fd(-1) == -1
 
 
 def test_a_store_that_does_not_answer_at_start_is_exit_4_never_the_bad_setting_2(capsys):

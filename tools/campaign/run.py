@@ -39,14 +39,27 @@ class SeedResult:
         }, indent=1, sort_keys=True)
 
 
-def heal_bound(setting: Setting) -> float:
-    """How long the work may take to finish once every fault has ended: a minute, the input at 20/s, and the
-    longest quiet the design keeps after a fault. A key whose sends were left in doubt sends nothing until the
-    exchange can no longer stamp them: the late-answer cap, a window and the unanswered hold from the fault
-    (a daemon stopped during a freeze; a member killed, or cut off from the store past its lease, whose lease
-    runs out unreleased: its next owner cannot know how many it left)."""
-    quiet = defaults.LATE_ANSWER_CAP + defaults.WINDOW + defaults.HTTP_TIMEOUT
-    return 60 + setting.requests / 20 + quiet + (defaults.LEASE_TTL if setting.topology == "cluster" else 0.0)
+#: Faults after which a shared key's lease may run out unreleased (a member killed, paused, or kept from its store
+#: past its lease): its next owner cannot know what the last one left in doubt, and keeps quiet the whole cap.
+LEASE_MAY_RUN_OUT = frozenset({"daemon-kill", "daemon-pause", "store-cut-member", "store-client-kill", "store-restart",
+                               "store-out-of-memory"})
+#: A stop (SIGTERM, SIGINT) meeting sends in doubt, which one of these faults leaves, writes down until when they
+#: may count, and the next run (or owner) holds the key until then.
+STOPS = frozenset({"daemon-term", "daemon-int"})
+LEAVE_SENDS_IN_DOUBT = frozenset({"exchange-freeze", "exchange-restart", "proxy-cut", "proxy-delay",
+                                  "proxy-half-close"})
+
+
+def heal_bound(setting: Setting, timeline: list[Fault]) -> float:
+    """How long the work may take to finish once every fault has ended: a minute and the input at 20/s, and, where
+    the timeline holds a fault that may call for it, the longest quiet the design keeps: a key whose sends were left
+    in doubt sends nothing until the exchange can no longer stamp them (the late-answer cap, a window and the
+    unanswered hold, and a lease for the lease to run out)."""
+    kinds = {fault.kind for fault in timeline}
+    lease_lost = setting.topology == "cluster" and kinds & LEASE_MAY_RUN_OUT
+    stopped_in_doubt = kinds & STOPS and kinds & LEAVE_SENDS_IN_DOUBT
+    quiet = defaults.LATE_ANSWER_CAP + defaults.WINDOW + defaults.HTTP_TIMEOUT + defaults.LEASE_TTL
+    return 60 + setting.requests / 20 + (quiet if lease_lost or stopped_in_doubt else 0.0)
 
 
 def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path | None = None) -> SeedResult:
@@ -66,7 +79,7 @@ def play_seed(seed: int, seconds: float, log: Callable[[str], None], keep: Path 
             operator.join(timeout=120)
             if operator.is_alive():
                 errors.append("the operator's commands did not end within 120 s")
-            healed = system.heal(heal_bound(setting))
+            healed = system.heal(heal_bound(setting, timeline))
             history = collect(system, healed, errors, timeline, pauses)
         violations = check(history)
         runs = len(system.runs)
