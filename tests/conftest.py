@@ -118,6 +118,19 @@ def records_written(store, stream: str = "work:results") -> int:
     return store.xlen(stream)
 
 
+def accepted_at_server(server: ServerProcess) -> dict[str, int]:
+    """Each key's accepted count at the reference server."""
+    return {key: counts["accepted"] for key, counts in server.stats()["keys"].items()}
+
+
+def quiet_at_server(server: ServerProcess, keys: list[str], seconds: float) -> bool:
+    """Whether ``keys`` had nothing accepted at the server over ``seconds``: two reads around a bounded wait."""
+    before = accepted_at_server(server)
+    time.sleep(seconds)
+    after = accepted_at_server(server)
+    return all(before.get(key, 0) == after.get(key, 0) for key in keys)
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     """Wait until ``condition()`` holds, polling, bounded by ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -10,11 +10,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, control_answers, control_call, stream_records, wait_for
+from conftest import ROOT, accepted_at_server, control_answers, control_call, quiet_at_server, stream_records, wait_for
 from thread_client import defaults
 from thread_client.cluster.address import StoreAddress
 from thread_client.cluster.keyspace import Keyspace
@@ -230,17 +229,6 @@ def start_group(valkey, fast_server, tmp_path):
             stop_process(process, signal.SIGKILL, 10)
 
 
-def accepted_at_server(server) -> dict[str, int]:
-    return {key: counts["accepted"] for key, counts in server.stats()["keys"].items()}
-
-
-def quiet(server, key: str, seconds: float) -> bool:
-    """Whether ``key`` had nothing accepted at the server over ``seconds``: two reads around a bounded wait."""
-    before = accepted_at_server(server).get(key, 0)
-    time.sleep(seconds)
-    return accepted_at_server(server).get(key, 0) == before
-
-
 @pytest.mark.slow
 def test_a_key_paused_from_the_console_stops_on_the_member_that_owns_it(start_group, fast_server, tmp_path):
     port, token, _ = start_group(REQUESTS)
@@ -256,10 +244,10 @@ def test_a_key_paused_from_the_console_stops_on_the_member_that_owns_it(start_gr
     wait_for(lambda: "paused from the store (the cluster console)" in (tmp_path / "member.log").read_text(),
              timeout=15)
     at_pause = accepted_at_server(fast_server)[paused]
-    wait_for(lambda: quiet(fast_server, paused, HTTP_TIMEOUT_S + 0.5), timeout=15)
+    wait_for(lambda: quiet_at_server(fast_server, [paused], HTTP_TIMEOUT_S + 0.5), timeout=15)
     going = accepted_at_server(fast_server)
     assert going[paused] - at_pause <= defaults.THREADS_PER_KEY  # a permit per worker thread, taken before it
-    assert quiet(fast_server, paused, 3 * LEASE_TTL_MS / 3000)
+    assert quiet_at_server(fast_server, [paused], 3 * LEASE_TTL_MS / 3000)
     assert all(accepted_at_server(fast_server)[key] > going[key] for key in others)
     status = control_call(port, "GET", "/api/v1/status")[1]
     assert {key["id"]: key["state"] for key in status["keys"]}[short] == "paused"

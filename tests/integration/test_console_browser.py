@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, quiet_at_server, wait_for
 from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import key_id
@@ -141,12 +140,7 @@ def test_the_console_pauses_a_key_requeues_a_dead_letter_and_drains(console_daem
     # Paused: once what it had in flight is over (a span of the HTTP timeout with nothing accepted, waited for: a
     # send that left before the pause may be stamped late on a busy machine; a send per worker thread at most), the
     # server sees nothing more from it for 3 s, while the other keys go on.
-    def quiet(seconds: float) -> bool:
-        before = accepted_at_server(paused)
-        time.sleep(seconds)
-        return accepted_at_server(paused) == before
-
-    wait_for(lambda: quiet(HTTP_TIMEOUT_S + 0.1), timeout=PATIENCE)
+    wait_for(lambda: quiet_at_server(fast_server, [paused], HTTP_TIMEOUT_S + 0.1), timeout=PATIENCE)
     still = accepted_at_server(paused)
     assert still - at_pause <= defaults.THREADS_PER_KEY
     others = sum(accepted_at_server(key) for key in DEFAULT_KEYS[1:])

@@ -10,14 +10,13 @@ import json
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 import requests
 
-from conftest import ROOT, control_answers, control_call, wait_for
+from conftest import ROOT, accepted_at_server, control_answers, control_call, quiet_at_server, wait_for
 from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import key_id, mask
@@ -62,10 +61,6 @@ def running_daemon(server, tmp_path: Path, *flags: str) -> Iterator[tuple[subpro
         log.close()
 
 
-def accepted_at_server(server) -> dict[str, int]:
-    return {key: counts["accepted"] for key, counts in server.stats()["keys"].items()}
-
-
 def quiet_after_sends_end(server, keys: list[str]) -> bool:
     """Whether ``keys``, just paused (parked, retired), send nothing more the server accepts once what they had in
     flight is over: a send per worker thread of each key at most lands after this call (a permit each, taken before
@@ -73,16 +68,9 @@ def quiet_after_sends_end(server, keys: list[str]) -> bool:
     a send may be stamped late on a busy machine, and a key that goes on sending never gets one), and one second
     more. A pause that took effect late would show as more sends than the key has threads."""
     at_stop = accepted_at_server(server)
-
-    def quiet(seconds: float) -> bool:
-        before = accepted_at_server(server)
-        time.sleep(seconds)
-        after = accepted_at_server(server)
-        return all(before.get(key, 0) == after.get(key, 0) for key in keys)
-
-    wait_for(lambda: quiet(HTTP_TIMEOUT_S + 0.5), timeout=15)
+    wait_for(lambda: quiet_at_server(server, keys, HTTP_TIMEOUT_S + 0.5), timeout=15)
     landed = accepted_at_server(server)
-    return quiet(1.0) and all(landed.get(key, 0) - at_stop.get(key, 0) <= defaults.THREADS_PER_KEY for key in keys)
+    return quiet_at_server(server, keys, 1.0) and all(landed.get(key, 0) - at_stop.get(key, 0) <= defaults.THREADS_PER_KEY for key in keys)
 
 
 def test_status_commands_and_pauses(daemon, fast_server):
