@@ -1,6 +1,10 @@
-"""Verifiers built from five APIs' public docs (as of 2026-11): small HTTP servers that check what each API's
+"""Verifiers built from six APIs' public docs (as of 2026-11): small HTTP servers that check what each API's
 docs say a request must carry (its credential, its signature, its timestamp window) and answer with the bodies
-those docs show, so an example profile is shown to sign right without the live exchange.
+those docs show, so an example profile is shown to sign right without the live exchange. Each exchange keeps
+the orders it placed (``placed``, every copy, in order) and answers its order-status endpoint about them, the way
+its docs show for an order it has and one it has not; ``unknown_once`` names client ids whose first copy is
+placed but answered "execution status unknown" in that exchange's own words (or, where the docs show none, a
+200 no rule can read), so a test plays the send in doubt that a profile's ``[settle]`` is for.
 
 Each API is a ``DocsApi``: ``answer`` reads one request as its docs say and returns the documented answer.
 A ``Verifier`` serves one on a loopback port, on a clock ``skew_ms`` off ours (its time endpoint and every
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import hashlib
 import hmac
 import http.server
@@ -31,8 +36,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import jwt
 
-__all__ = ["API_ARGUMENTS", "Answer", "BinanceLike", "BybitLike", "CoinbaseAdvancedLike", "DocsApi", "GithubLike", "OkxLike",
-           "Received", "Verifier"]
+__all__ = ["API_ARGUMENTS", "Answer", "BinanceLike", "BybitLike", "CoinbaseAdvancedLike", "DocsApi", "GithubLike",
+           "KrakenLike", "OkxLike", "Received", "Verifier"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,10 @@ class Received:
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
+
+    def query_params(self) -> dict[str, str]:
+        """The query string's params (a GET's, as an exchange reads them: never from a body)."""
+        return dict(parse_qsl(self.query, keep_blank_values=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +85,23 @@ class DocsApi(Protocol):
 
 
 class OkxLike:
-    """www.okx.com/docs-v5/en, "REST Authentication", "Error Code", "Place order", "Get system time": headers
-    OK-ACCESS-KEY, -PASSPHRASE, -TIMESTAMP (ISO-8601 UTC with ms, within 30 s of the server's clock) and -SIGN,
-    base64 HMAC-SHA256 of the secret over timestamp + method + request path (with its query) + body."""
+    """www.okx.com/docs-v5/en, "REST Authentication", "Error Code", "Place order", "Get order details", "Get system
+    time": headers OK-ACCESS-KEY, -PASSPHRASE, -TIMESTAMP (ISO-8601 UTC with ms, within 30 s of the server's clock)
+    and -SIGN, base64 HMAC-SHA256 of the secret over timestamp + method + request path (with its query) + body.
+    ``POST /api/v5/trade/order`` places an order under ``clOrdId`` (every order here fills at once, and 51016
+    refuses only a clOrdId a live order holds: one sent again places a second order); ``GET /api/v5/trade/order``
+    finds one by ``instId`` (mandatory) and ``clOrdId`` in its query string (51603 "Order does not exist" if
+    none). An id in ``unknown_once`` is placed, its first answer 50004 "API endpoint request timeout"."""
 
     time_path = "/api/v5/public/time"
     _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
-    def __init__(self, credentials: dict[str, tuple[str, str]]) -> None:
+    def __init__(self, credentials: dict[str, tuple[str, str]], unknown_once: frozenset[str] = frozenset()) -> None:
         """``credentials``: each key's (secret, passphrase)."""
         self._credentials = credentials
+        self._unknown_once = set(unknown_once)
         self._order_ids = itertools.count(312269865356374016)
+        self.placed: list[dict] = []  # every order placed, in order (a client id twice: two orders)
 
     def time(self, now_ms: int) -> Answer:
         return Answer(200, {"code": "0", "msg": "", "data": [{"ts": str(now_ms)}]})
@@ -109,11 +124,36 @@ class OkxLike:
         expected = base64.b64encode(hmac.new(secret.encode(), prehash, hashlib.sha256).digest()).decode()
         if not hmac.compare_digest(headers.get("OK-ACCESS-SIGN", ""), expected):
             return self._error(401, "50113", "Invalid Sign")
-        order = request.json_body()
-        placed = {"clOrdId": order.get("clOrdId", ""), "ordId": str(next(self._order_ids)), "tag": "",
-                  "ts": str(now_ms), "sCode": "0", "sMsg": "Order placed"}
-        return Answer(200, {"code": "0", "msg": "", "data": [placed], "inTime": str(now_ms * 1000),
+        if (request.method, request.path) == ("GET", "/api/v5/trade/order"):
+            return self._details(request.query_params())
+        if (request.method, request.path) == ("POST", "/api/v5/trade/order"):
+            return self._place(request.json_body(), now_ms)
+        return self._error(404, "404", "Not Found")
+
+    def _place(self, order: dict, now_ms: int) -> Answer:
+        client_id = str(order.get("clOrdId", ""))
+        placed = {"instId": order.get("instId", ""), "ordId": str(next(self._order_ids)), "clOrdId": client_id,
+                  "side": order.get("side", ""), "sz": str(order.get("sz", "")), "state": "filled",
+                  "cTime": str(now_ms)}
+        self.placed.append(placed)
+        if client_id in self._unknown_once:
+            self._unknown_once.discard(client_id)
+            return Answer(400, {"code": "50004", "msg": "API endpoint request timeout (does not mean that the "
+                                "request was successful or failed), please check the request result.", "data": []},
+                          accepted=True)
+        answered = {"clOrdId": client_id, "ordId": placed["ordId"], "tag": "", "ts": str(now_ms), "sCode": "0",
+                    "sMsg": "Order placed"}
+        return Answer(200, {"code": "0", "msg": "", "data": [answered], "inTime": str(now_ms * 1000),
                             "outTime": str(now_ms * 1000)}, accepted=True)
+
+    def _details(self, params: dict[str, str]) -> Answer:
+        if not params.get("instId"):
+            return Answer(200, {"code": "51000", "msg": "Parameter instId error", "data": []})
+        found = [order for order in self.placed
+                 if order["clOrdId"] == params.get("clOrdId") and order["instId"] == params["instId"]]
+        if not found:
+            return Answer(200, {"code": "51603", "msg": "Order does not exist", "data": []})
+        return Answer(200, {"code": "0", "msg": "", "data": [found[-1]]})
 
     @staticmethod
     def _error(status: int, code: str, message: str) -> Answer:
@@ -121,17 +161,23 @@ class OkxLike:
 
 
 class BybitLike:
-    """bybit-exchange.github.io/docs/v5, "Integration Guidance", "Place Order", "Get Bybit Server Time", "Error
-    Codes": headers X-BAPI-API-KEY, X-BAPI-TIMESTAMP (ms), X-BAPI-RECV-WINDOW (default 5000) and X-BAPI-SIGN,
-    hex HMAC-SHA256 of the secret over timestamp + key + recv_window + (query string or JSON body); the server
-    takes a timestamp where server_time - recv_window <= timestamp < server_time + 1000."""
+    """bybit-exchange.github.io/docs/v5, "Integration Guidance", "Place Order", "Get Open & Closed Orders", "Get Bybit
+    Server Time", "Error Codes": headers X-BAPI-API-KEY, X-BAPI-TIMESTAMP (ms), X-BAPI-RECV-WINDOW (default 5000)
+    and X-BAPI-SIGN, hex HMAC-SHA256 of the secret over timestamp + key + recv_window + (query string or JSON body);
+    the server takes a timestamp where server_time - recv_window <= timestamp < server_time + 1000.
+    ``POST /v5/order/create`` places an order under ``orderLinkId`` (every order here fills at once);
+    ``GET /v5/order/realtime`` lists, by ``category`` (mandatory), ``symbol`` and ``orderLinkId`` in its query
+    string, the orders it has (an empty list if none). An id in ``unknown_once`` is placed, its first answer
+    retCode 10000 "Server Timeout"."""
 
     time_path = "/v5/market/time"
 
-    def __init__(self, secrets: dict[str, str]) -> None:
+    def __init__(self, secrets: dict[str, str], unknown_once: frozenset[str] = frozenset()) -> None:
         """``secrets``: each key's secret."""
         self._secrets = secrets
+        self._unknown_once = set(unknown_once)
         self._order_ids = itertools.count(1321003749386327552)
+        self.placed: list[dict] = []  # every order placed, in order (a client id twice: two orders)
 
     def time(self, now_ms: int) -> Answer:
         return Answer(200, {"retCode": 0, "retMsg": "OK", "result": {
@@ -151,10 +197,33 @@ class BybitLike:
         expected = hmac.new(self._secrets[key].encode(), payload, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(headers.get("X-BAPI-SIGN", ""), expected):
             return self._error(10004, "error sign! origin_string[...]", now_ms)
-        order = request.json_body()
-        placed = {"orderId": str(next(self._order_ids)), "orderLinkId": order.get("orderLinkId", "")}
-        return Answer(200, {"retCode": 0, "retMsg": "OK", "result": placed, "retExtInfo": {}, "time": now_ms},
+        if (request.method, request.path) == ("GET", "/v5/order/realtime"):
+            return self._realtime(request.query_params(), now_ms)
+        if (request.method, request.path) == ("POST", "/v5/order/create"):
+            return self._place(request.json_body(), now_ms)
+        return Answer(404, {"retCode": 404, "retMsg": "Not Found"})
+
+    def _place(self, order: dict, now_ms: int) -> Answer:
+        placed = {"orderId": str(next(self._order_ids)), "orderLinkId": str(order.get("orderLinkId", "")),
+                  "category": order.get("category", ""), "symbol": order.get("symbol", ""),
+                  "side": order.get("side", ""), "qty": str(order.get("qty", "")), "orderStatus": "Filled",
+                  "createdTime": str(now_ms)}
+        self.placed.append(placed)
+        if placed["orderLinkId"] in self._unknown_once:
+            self._unknown_once.discard(placed["orderLinkId"])
+            return dataclasses.replace(self._error(10000, "Server Timeout", now_ms), accepted=True)
+        result = {"orderId": placed["orderId"], "orderLinkId": placed["orderLinkId"]}
+        return Answer(200, {"retCode": 0, "retMsg": "OK", "result": result, "retExtInfo": {}, "time": now_ms},
                       accepted=True)
+
+    def _realtime(self, params: dict[str, str], now_ms: int) -> Answer:
+        if not params.get("category"):
+            return self._error(10001, "params error: Category is invalid", now_ms)
+        listed = [order for order in self.placed if order["category"] == params["category"]
+                  and params.get("symbol", order["symbol"]) == order["symbol"]
+                  and params.get("orderLinkId", order["orderLinkId"]) == order["orderLinkId"]]
+        result = {"category": params["category"], "list": listed[::-1], "nextPageCursor": ""}
+        return Answer(200, {"retCode": 0, "retMsg": "OK", "result": result, "retExtInfo": {}, "time": now_ms})
 
     @staticmethod
     def _error(code: int, message: str, now_ms: int) -> Answer:
@@ -231,16 +300,22 @@ class CoinbaseAdvancedLike:
     """docs.cdp.coinbase.com, Advanced Trade API, "Creating a JWT", "Create Order": ``Authorization: Bearer JWT``,
     the JWT ES256 with header kid (the key's name) and a nonce, claims sub (the key's name), iss "cdp", nbf and
     exp (two minutes apart, now between them, on our own clock) and uri "METHOD api.coinbase.com/path", each
-    nonce once; 401 Unauthorized else."""
+    nonce once; 401 Unauthorized else. An order under a client_order_id already used places nothing and is
+    answered with the order that id names; one for a product it does not list is refused (success false,
+    INVALID_PRODUCT_ID). An id in ``unknown_once`` is placed, its first answer a 200 cut short (no rule reads it:
+    the client cannot tell whether it was placed)."""
 
     time_path = "/api/v3/brokerage/time"
     host = "api.coinbase.com"
+    products = frozenset({"BTC-USD", "ETH-USD", "BTC-USDC", "ETH-USDC"})
 
-    def __init__(self, public_keys: dict[str, bytes]) -> None:
+    def __init__(self, public_keys: dict[str, bytes], unknown_once: frozenset[str] = frozenset()) -> None:
         """``public_keys``: each key name's EC public key in PEM."""
         self._public_keys = public_keys
+        self._unknown_once = set(unknown_once)
         self._nonces: set[str] = set()
         self._order_ids = itertools.count(1)
+        self.placed: list[dict] = []  # every order placed, in order (a client id twice: two orders)
 
     def time(self, now_ms: int) -> Answer:
         return Answer(200, {"iso": datetime.fromtimestamp(now_ms / 1000, timezone.utc).isoformat(),
@@ -262,11 +337,105 @@ class CoinbaseAdvancedLike:
             return Answer(401, "Unauthorized")
         self._nonces.add(nonce)
         order = request.json_body()
+        client_id = order.get("client_order_id")
+        same = [placed for placed in self.placed if placed["client_order_id"] == client_id]
+        if same:  # the order that id names, nothing placed
+            return Answer(200, {"success": True, "success_response": same[0],
+                                "order_configuration": order.get("order_configuration")})
+        if order.get("product_id") not in self.products:
+            return Answer(200, {"success": False, "failure_reason": "UNKNOWN_FAILURE_REASON", "order_id": "",
+                                "error_response": {"error": "INVALID_PRODUCT_ID", "message": "Invalid product_id",
+                                                   "new_order_failure_reason": "INVALID_PRODUCT_ID"}})
         placed = {"order_id": f"{next(self._order_ids):08d}-0000-4000-8000-000000000000",
-                  "product_id": order.get("product_id"), "side": order.get("side"),
-                  "client_order_id": order.get("client_order_id")}
+                  "product_id": order.get("product_id"), "side": order.get("side"), "client_order_id": client_id}
+        self.placed.append(placed)
+        if client_id in self._unknown_once:
+            self._unknown_once.discard(client_id)
+            return Answer(200, '{"success": true, "success_respo', accepted=True)
         return Answer(200, {"success": True, "success_response": placed,
                             "order_configuration": order.get("order_configuration")}, accepted=True)
+
+
+class KrakenLike:
+    """docs.kraken.com, "Spot REST authentication", "Add Order", "Query Orders Info", "Spot Client Order
+    Identifiers", "Errors": a private call is a POST of a form holding ``nonce`` (each greater than the key's last,
+    else "EAPI:Invalid nonce"), with headers API-Key and API-Sign = base64 HMAC-SHA512 of the base64-decoded secret
+    over the URI path + SHA256(nonce + form body); every answer is a 200 {"error": [...], "result": {...}}.
+    ``/0/private/AddOrder`` places an order under ``cl_ord_id``, which Kraken checks among open orders only: every
+    order here fills at once, so a cl_ord_id sent again places a second order. ``/0/private/QueryOrders`` answers
+    the orders it has under ``cl_ord_id`` (or among ``txid``), keyed by their txid: an empty result for none. (The
+    docs' schema also marks ``txid`` required; like the example profile, this takes ``cl_ord_id`` alone.) An id in
+    ``unknown_once`` is placed, its first answer "EGeneral:Internal error", whose order status the docs call
+    unknown; one in ``unplaced_once`` gets that answer too, its first copy not placed."""
+
+    time_path = ""
+
+    def __init__(self, secrets: dict[str, str], unknown_once: frozenset[str] = frozenset(),
+                 unplaced_once: frozenset[str] = frozenset()) -> None:
+        """``secrets``: each key's secret, base64 as Kraken hands it out."""
+        self._secrets = secrets
+        self._unknown_once = set(unknown_once)
+        self._unplaced_once = set(unplaced_once)
+        self._nonces: dict[str, int] = {}
+        self._txids = itertools.count(1)
+        self.placed: list[dict] = []  # every order placed (its info, and its "txid"), in order
+
+    def time(self, now_ms: int) -> Answer:
+        return Answer(200, {"error": [], "result": {"unixtime": now_ms // 1000}})
+
+    def answer(self, request: Received, now_ms: int) -> Answer:
+        key = request.headers.get("API-Key", "")
+        if request.method != "POST" or not request.path.startswith("/0/private/"):
+            return self._error("EGeneral:Unknown method")
+        if key not in self._secrets:
+            return self._error("EAPI:Invalid key")
+        form = dict(parse_qsl(request.body.decode(), keep_blank_values=True))
+        nonce = form.get("nonce", "")
+        digest = hashlib.sha256(nonce.encode() + request.body).digest()
+        mac = hmac.new(base64.b64decode(self._secrets[key]), request.path.encode() + digest, hashlib.sha512)
+        if not hmac.compare_digest(request.headers.get("API-Sign", ""), base64.b64encode(mac.digest()).decode()):
+            return self._error("EAPI:Invalid signature")
+        if not nonce.isdigit() or int(nonce) <= self._nonces.get(key, 0):
+            return self._error("EAPI:Invalid nonce")
+        self._nonces[key] = int(nonce)
+        if request.path == "/0/private/AddOrder":
+            return self._add(form, now_ms)
+        if request.path == "/0/private/QueryOrders":
+            return self._query(form)
+        return self._error("EGeneral:Unknown method")
+
+    def _add(self, form: dict[str, str], now_ms: int) -> Answer:
+        if form.get("cl_ord_id") in self._unplaced_once:
+            self._unplaced_once.discard(form.get("cl_ord_id"))
+            return self._error("EGeneral:Internal error")
+        number = next(self._txids)
+        txid = f"O{number:05d}-KRAKN-{number:06d}"
+        volume, pair = form.get("volume", ""), form.get("pair", "")
+        descr = {"pair": pair, "type": form.get("type", ""), "ordertype": form.get("ordertype", ""),
+                 "price": form.get("price", "0"), "price2": "0", "leverage": "none",
+                 "order": f"{form.get('type', '')} {volume} {pair} @ {form.get('ordertype', '')}", "close": ""}
+        self.placed.append({"txid": txid, "refid": None, "userref": 0, "cl_ord_id": form.get("cl_ord_id"),
+                            "status": "closed", "opentm": now_ms / 1000, "closetm": now_ms / 1000, "starttm": 0,
+                            "expiretm": 0, "descr": descr, "vol": volume, "vol_exec": volume, "misc": "",
+                            "oflags": "fciq"})
+        if form.get("cl_ord_id") in self._unknown_once:
+            self._unknown_once.discard(form.get("cl_ord_id"))
+            return dataclasses.replace(self._error("EGeneral:Internal error"), accepted=True)
+        return Answer(200, {"error": [], "result": {"descr": {"order": descr["order"]}, "txid": [txid]}}, accepted=True)
+
+    def _query(self, form: dict[str, str]) -> Answer:
+        txids = {txid.strip() for txid in form.get("txid", "").split(",") if txid.strip()}
+        client_id = form.get("cl_ord_id")
+        if not txids and client_id is None:
+            return self._error("EGeneral:Invalid arguments")
+        result = {order["txid"]: {name: value for name, value in order.items() if name != "txid"}
+                  for order in self.placed if (not txids or order["txid"] in txids)
+                  and (client_id is None or order["cl_ord_id"] == client_id)}
+        return Answer(200, {"error": [], "result": result})
+
+    @staticmethod
+    def _error(message: str) -> Answer:
+        return Answer(200, {"error": [message]})
 
 
 class GithubLike:
@@ -377,6 +546,7 @@ API_ARGUMENTS = {
     "okx-like": ("KEY SECRET PASSPHRASE", lambda key, secret, passphrase: OkxLike({key: (secret, passphrase)})),
     "binance-spot-like": ("KEY SECRET", lambda key, secret: BinanceLike({key: secret})),
     "bybit-like": ("KEY SECRET", lambda key, secret: BybitLike({key: secret})),
+    "kraken-like": ("KEY SECRET", lambda key, secret: KrakenLike({key: secret})),
     "coinbase-advanced-like": ("KEY_NAME PUBLIC_KEY_PEM_FILE",
                                lambda name, pem: CoinbaseAdvancedLike({name: Path(pem).read_bytes()})),
     "github-like": ("LOGIN TOKEN", lambda login, token: GithubLike({token: login})),

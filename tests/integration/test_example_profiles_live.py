@@ -1,10 +1,12 @@
 """The new example profiles (okx-like, bybit-like, coinbase-advanced-like, github-like) through the real daemon to
 verifiers built from each API's public docs (``tests/api_verifiers.py``): every request signed right ends accepted,
 also where the server's clock is off ours by more than the API's timestamp window; with a wrong secret nothing is
-placed (the key is retired at the documented refusal)."""
+placed (the key is retired at the documented refusal). Every exchange example settles an order in doubt by asking
+its status endpoint ([settle]): one order at the exchange, however its first answer was lost."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -12,24 +14,25 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from api_verifiers import Answer, BinanceLike, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Verifier
+from api_verifiers import (Answer, BinanceLike, BybitLike, CoinbaseAdvancedLike, GithubLike, KrakenLike, OkxLike,
+                           Verifier)
 from conftest import ROOT, run_client
 
 PROFILES = ROOT / "examples" / "profiles"
 
 
 def run_example(verifier: Verifier, tmp_path: Path, profile: str | Path, keys: str, *params: str,
-                keys_name: str = "keys.txt") -> dict:
+                keys_name: str = "keys.txt", options: tuple[str, ...] = ()) -> dict:
     """Send one request per ``params`` (a JSON object's text, as an input line writes it) with the example
-    ``profile`` (by name, or a file) and the keys file ``keys`` (TOML where ``keys_name`` ends in .toml); the
-    run's summary."""
+    ``profile`` (by name, or a file) and the keys file ``keys`` (TOML where ``keys_name`` ends in .toml), and any
+    more ``options``; the run's summary."""
     keys_path = tmp_path / keys_name
     keys_path.write_text(keys)
     keys_path.chmod(0o600)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(f'{{"id": "order-{n}", "params": {text}}}\n' for n, text in enumerate(params)))
     result, summary = run_client(verifier, tmp_path, "--profile", str(PROFILES / f"{profile}.toml" if isinstance(profile, str) else profile), "--keys-file",
-                                 str(keys_path), "--source", str(source))
+                                 str(keys_path), "--source", str(source), *options)
     assert summary["identity_holds"], result.stdout + result.stderr
     return summary
 
@@ -173,3 +176,91 @@ def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_th
     assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
     assert list(binance.orders) == ["order-0"] and [sent.method for sent in verifier.accepted] == ["POST"]
     assert verifier.refused == [Answer(200, binance.orders["order-0"])]  # the status ask's answer: found
+
+
+# -- an order in doubt, settled by asking ([settle]) -----------------------------------------------------------
+
+def asked(verifier: Verifier) -> list[Answer]:
+    """The answers the verifier gave that placed nothing: here, the status asks' (every other send was placed)."""
+    return verifier.refused
+
+
+def test_kraken_like_settles_an_internal_error_by_asking_query_orders_and_places_one_order(tmp_path):
+    """"EGeneral:Internal error" on an order Kraken did place, and filled: its cl_ord_id is free again, so a resend
+    would be a second order. The daemon asks QueryOrders by cl_ord_id, finds it, and ends it accepted. The example
+    as it is, but for its counters (60 and 15, a minute's start-up hold), cut to 10 draining 20 a second."""
+    text = (PROFILES / "kraken-like.toml").read_text()
+    profile = tmp_path / "kraken-like.toml"
+    profile.write_text(text.replace("max = 60\ndecay_per_s = 1.0", "max = 10\ndecay_per_s = 20.0")
+                       .replace("max = 15\ndecay_per_s = 0.33", "max = 10\ndecay_per_s = 20.0"))
+    (tmp_path / "kraken_like_sign.py").write_bytes((PROFILES / "kraken_like_sign.py").read_bytes())
+    secret = base64.b64encode(b"kraken secret of the key").decode()
+    kraken = KrakenLike({"kraken-key-0001": secret}, unknown_once=frozenset({"order-0"}))
+    with Verifier(kraken) as verifier:
+        summary = run_example(verifier, tmp_path, profile, f"kraken-key-0001 {secret}\n", KRAKEN_ORDER)
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert [order["cl_ord_id"] for order in kraken.placed] == ["order-0"]  # one order, not two
+    assert [sent.path for sent in verifier.accepted] == ["/0/private/AddOrder"]
+    assert [list(answer.body["result"].values())[0]["cl_ord_id"] for answer in asked(verifier)] == ["order-0"]
+
+
+def test_kraken_like_sends_an_order_again_only_once_two_asks_found_none(tmp_path):
+    """The same answer on an order Kraken did not place: asked, not found; asked again once no first copy can be
+    taken any more, not found; then sent again under the same cl_ord_id, and placed once."""
+    text = (PROFILES / "kraken-like.toml").read_text()
+    profile = tmp_path / "kraken-like.toml"
+    profile.write_text(text.replace("max = 60\ndecay_per_s = 1.0", "max = 10\ndecay_per_s = 20.0")
+                       .replace("max = 15\ndecay_per_s = 0.33", "max = 10\ndecay_per_s = 20.0"))
+    (tmp_path / "kraken_like_sign.py").write_bytes((PROFILES / "kraken_like_sign.py").read_bytes())
+    secret = base64.b64encode(b"kraken secret of the key").decode()
+    kraken = KrakenLike({"kraken-key-0001": secret}, unplaced_once=frozenset({"order-0"}))
+    with Verifier(kraken) as verifier:
+        summary = run_example(verifier, tmp_path, profile, f"kraken-key-0001 {secret}\n", KRAKEN_ORDER)
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert [order["cl_ord_id"] for order in kraken.placed] == ["order-0"]
+    internal, *asks = asked(verifier)
+    assert internal.body == {"error": ["EGeneral:Internal error"]}
+    assert len(asks) >= 2 and all(answer.body == {"error": [], "result": {}} for answer in asks), asks
+
+
+KRAKEN_ORDER = '{"pair": "XBTUSD", "type": "buy", "ordertype": "market", "volume": "1.25"}'
+
+
+
+def test_okx_like_settles_an_endpoint_timeout_by_asking_the_order_s_details_and_places_one_order(tmp_path):
+    """50004 "API endpoint request timeout (does not mean that the request was successful or failed)" on an order
+    OKX did place: the daemon asks GET /api/v5/trade/order by instId and clOrdId, finds it: one order."""
+    okx = OkxLike({"okx-key-0001": ("okx-secret-0001", "my passphrase 1")}, unknown_once=frozenset({"order-0"}))
+    with Verifier(okx) as verifier:
+        summary = run_example(verifier, tmp_path, "okx-like", okx_keys("okx-secret-0001"), OKX_ORDERS[0],
+                              keys_name="keys.toml")
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert [order["clOrdId"] for order in okx.placed] == ["order-0"]
+    assert [answer.body["data"][0]["clOrdId"] for answer in asked(verifier)] == ["order-0"]
+
+
+def test_bybit_like_settles_a_server_timeout_by_asking_the_realtime_orders_and_places_one_order(tmp_path):
+    """retCode 10000 "Server Timeout" on an order Bybit did place: the daemon asks GET /v5/order/realtime by its
+    category, symbol and orderLinkId, finds it: one order."""
+    bybit = BybitLike({"XXXXXXXXXXXXXXXXXX": "bybit-secret-0001"}, unknown_once=frozenset({"order-0"}))
+    with Verifier(bybit) as verifier:
+        summary = run_example(verifier, tmp_path, "bybit-like", "XXXXXXXXXXXXXXXXXX bybit-secret-0001\n",
+                              BYBIT_ORDERS[0])
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert [order["orderLinkId"] for order in bybit.placed] == ["order-0"]
+    assert [answer.body["result"]["list"][0]["orderLinkId"] for answer in asked(verifier)] == ["order-0"]
+
+
+def test_coinbase_advanced_like_settles_a_cut_short_answer_under_exactly_once_by_its_client_order_id(tmp_path):
+    """A 200 cut short on an order Coinbase did place. Exactly-once, which needs a way to ask: the order is sent
+    again under its client_order_id as its own status ask, and Coinbase answers with the order it has: found,
+    one order."""
+    private, public = ec_key()
+    coinbase = CoinbaseAdvancedLike({COINBASE_KEY: public}, unknown_once=frozenset({"order-0"}))
+    with Verifier(coinbase) as verifier:
+        summary = run_example(verifier, tmp_path, "coinbase-advanced-like", coinbase_keys(private),
+                              COINBASE_ORDERS[0], keys_name="keys.toml",
+                              options=("--delivery", "exactly-once", "--results", str(tmp_path / "results.jsonl")))
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert [order["client_order_id"] for order in coinbase.placed] == ["order-0"]
+    assert [answer.body["success_response"]["client_order_id"] for answer in asked(verifier)] == ["order-0"]

@@ -20,7 +20,7 @@ from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import ConfigError
 from thread_client.policy.answers import AnswerTable, Outcome
 from thread_client.policy.retry import KeyStep, RetryPolicy
-from thread_client.profile import Secret, load_profile, profile_toml, read_profile
+from thread_client.profile import Profile, Secret, load_profile, profile_toml, read_profile
 from thread_client.profile.command import profile_main
 
 NOW = 1_764_051_000.0  # the wall clock the tables below read (epoch seconds)
@@ -244,6 +244,13 @@ def test_the_kraken_like_profile_says_any_authenticated_request_spends_a_nonce()
 # -- exactly-once only where its nonce proof holds ------------------------------------------
 
 
+def kraken_without_settle() -> Profile:
+    """The Kraken-like example as it was before it could ask: no [settle], and so no call counter for its asks."""
+    kraken = load_profile(KRAKEN)
+    return dataclasses.replace(kraken, settle=None,
+                               limits=tuple(rule for rule in kraken.limits if rule.name != "call counter"))
+
+
 def test_exactly_once_is_refused_in_one_line_for_a_profile_whose_nonces_any_authenticated_request_spends(tmp_path):
     """Kraken checks the nonce before anything else: a first copy refused for its funds spends it, and the
     resend's "invalid nonce" would read as proof of an accept. With no [settle] endpoint to ask, exactly-once
@@ -251,8 +258,12 @@ def test_exactly_once_is_refused_in_one_line_for_a_profile_whose_nonces_any_auth
     keys = tmp_path / "keys.txt"
     keys.write_text(f"{KEYS[0]} {base64.b64encode(b'secret of the key').decode()}\n")
     keys.chmod(0o600)
+    profile = tmp_path / "kraken-without-settle.toml"
+    profile.write_text(profile_toml(kraken_without_settle()))
+    hook = ROOT / "examples" / "profiles" / "kraken_like_sign.py"
+    (tmp_path / hook.name).write_bytes(hook.read_bytes())  # found next to the profile, as the example's is
     refused = subprocess.run(
-        [sys.executable, "-m", "thread_client", "--profile", KRAKEN, "--keys-file", str(keys), "--delivery",
+        [sys.executable, "-m", "thread_client", "--profile", str(profile), "--keys-file", str(keys), "--delivery",
          "exactly-once", "--url", "http://127.0.0.1:9"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=30, cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == "" and "Traceback" not in refused.stderr
@@ -260,13 +271,16 @@ def test_exactly_once_is_refused_in_one_line_for_a_profile_whose_nonces_any_auth
     assert len(lines) == 1 and "spent_by = \"any-authenticated\"" in lines[0] and "[settle]" in lines[0], lines
 
 
-def test_exactly_once_is_kept_where_only_an_accept_spends_a_nonce():
-    kraken = load_profile(KRAKEN)
+def test_exactly_once_is_kept_where_only_an_accept_spends_a_nonce_or_the_exchange_is_asked():
+    """The Kraken-like example asks QueryOrders by cl_ord_id ([settle]): exactly-once holds for it as shipped."""
+    kraken = kraken_without_settle()
     secret = (Secret(base64.b64encode(b"secret of the key").decode()),)
     with pytest.raises(ConfigError, match="any-authenticated"):
         Config(keys=KEYS[:1], secrets=secret, profile=kraken, delivery=EXACTLY_ONCE, threads_per_key=1)
     accepted_only = dataclasses.replace(kraken, nonce=dataclasses.replace(kraken.nonce, spent_by="accepted"))
     assert Config(keys=KEYS[:1], secrets=secret, profile=accepted_only, delivery=EXACTLY_ONCE, threads_per_key=1)
+    assert Config(keys=KEYS[:1], secrets=secret, profile=load_profile(KRAKEN), delivery=EXACTLY_ONCE,
+                  threads_per_key=1)
 
 
 def test_exactly_once_is_kept_where_a_settle_endpoint_asks_the_exchange_whatever_the_nonce_proves():

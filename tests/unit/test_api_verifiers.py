@@ -1,33 +1,49 @@
 """The verifiers of tests/api_verifiers.py hold the example profiles to their APIs' docs, and they can say no: a
 request the example writes is accepted at the moment it was stamped, and refused with the documented code outside
-the API's timestamp window, with another secret, or with a byte of its body changed."""
+the API's timestamp window, with another secret, or with a byte of its body changed. Every exchange example's
+status ask ([settle]), written and signed as the daemon writes it, is answered by its verifier for an order it
+placed and for one it did not, and the example reads those answers found and not found."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 from email.message import Message
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from api_verifiers import BinanceLike, BybitLike, CoinbaseAdvancedLike, GithubLike, OkxLike, Received
+from api_verifiers import (Answer, BinanceLike, BybitLike, CoinbaseAdvancedLike, DocsApi, GithubLike, KrakenLike,
+                           OkxLike, Received)
 from conftest import ROOT
 from thread_client.io.request_writer import RequestWriter
+from thread_client.policy.order_status import Finding, StatusTable
 from thread_client.profile import Secret, Signer, load_profile
+from thread_client.request import Request
 
 STAMP_MS = 1_764_051_065_123  # when the request is stamped, on the server's clock
 ORDER = {"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}
 
 
-def written(example: str, key: str, secret: str, params: dict, **extras: str) -> Received:
-    """The request the example profile writes for ``key`` at ``STAMP_MS`` with the id "o1", as a server reads it."""
+def written(example: str, key: str, secret: str, params: dict, *, asking: str = "", stamp: int = STAMP_MS,
+            **extras: str) -> Received:
+    """The request the example profile writes for ``key`` at ``stamp`` with the id "o1", as a server reads it; with
+    ``asking``, the status ask ([settle]) about the order whose client id that is, ``params`` its order's, written
+    in the shape the profile gives its asks."""
     profile = load_profile(str(ROOT / "examples" / "profiles" / f"{example}.toml"))
     signer = Signer(profile.sign, Secret(secret)) if profile.sign is not None else None
-    writer = RequestWriter("", key, profile.request, profile.nonce, profile.sign, signer, Secret(secret),
+    shape = profile.settle.ask_shape(profile.request) if asking else profile.request
+    writer = RequestWriter("", key, shape, profile.nonce, profile.sign, signer, Secret(secret),
                            {name: Secret(value) for name, value in extras.items()})
-    method, target, body, headers = writer.write(STAMP_MS, "o1", params)
+    if asking:
+        status = StatusTable(profile)
+        method, target, body, headers = writer.write(stamp, "", status.params(Request(asking, 0.0, params)),
+                                                     status.method, status.path)
+    else:
+        method, target, body, headers = writer.write(stamp, "o1", params)
     message = Message()
     for name, value in headers.items():
         message[name] = value
@@ -112,3 +128,78 @@ def test_github_like_wants_its_token_its_version_and_a_user_agent():
     for name, value in request.headers.items():
         old.headers[name] = "1999-01-01" if name == "X-GitHub-Api-Version" else value
     assert github.answer(old, STAMP_MS).status == 400
+
+
+# -- the status asks ([settle]) of the exchange examples -----------------------------------------------------------
+
+def finding(example: str, answer: Answer, client_id: str) -> Finding:
+    """What the example's [settle] rules read ``answer`` (a status ask's, about ``client_id``) as."""
+    body = answer.body.encode() if isinstance(answer.body, str) else json.dumps(answer.body).encode()
+    return StatusTable(load_profile(str(ROOT / "examples" / "profiles" / f"{example}.toml"))).read(
+        answer.status, body, client_id)[0]
+
+
+def assert_asks_read(example: str, exchange: DocsApi, key: str, secret: str, order: dict, unplaced: dict | None = None,
+                     **extras: str) -> None:
+    """The order "o1" placed, the example's status ask about it is found, and one about "o2", never placed, is not
+    found (asked with the params ``unplaced``, else the order's), both as ``exchange`` answers them."""
+    stamp = iter(range(STAMP_MS, STAMP_MS + 100))  # a counter nonce (Kraken) wants each next one greater
+    assert exchange.answer(written(example, key, secret, order, stamp=next(stamp), **extras), STAMP_MS).accepted
+    for client_id, params, expected in (("o1", order, Finding.FOUND), ("o2", unplaced or order, Finding.NOT_FOUND)):
+        ask = written(example, key, secret, params, asking=client_id, stamp=next(stamp), **extras)
+        answer = exchange.answer(ask, STAMP_MS)
+        assert (ask.body == b"") is (ask.method == "GET"), ask  # a GET's params travel in its query string
+        assert finding(example, answer, client_id) is expected, (client_id, answer)
+
+
+def test_kraken_like_asks_query_orders_by_cl_ord_id():
+    secret = base64.b64encode(b"kraken secret").decode()
+    kraken = KrakenLike({"K": secret})
+    assert_asks_read("kraken-like", kraken, "K", secret, {"pair": "XBTUSD", "type": "buy", "ordertype": "market",
+                                                           "volume": "1.25"})
+    ask = written("kraken-like", "K", secret, {}, asking="o1", stamp=STAMP_MS + 200)
+    assert (ask.method, ask.path, ask.query_params(), dict(parse_qsl(ask.body.decode()))) == (
+        "POST", "/0/private/QueryOrders", {}, {"nonce": str(STAMP_MS + 200), "cl_ord_id": "o1"})
+    assert finding("kraken-like", Answer(200, {"error": ["EOrder:Unknown order"]}), "o1") is Finding.NOT_FOUND
+    other = {"error": [], "result": {"OQCLML-BW3P3-BUCMWZ": {"status": "closed", "cl_ord_id": "o9"}}}
+    assert finding("kraken-like", Answer(200, other), "o1") is Finding.UNKNOWN  # another order: nothing of this one
+    refused = {"error": ["EGeneral:Invalid arguments:txid"]}  # should Kraken want a txid after all: asked again
+    assert finding("kraken-like", Answer(200, refused), "o1") is Finding.UNKNOWN
+
+
+def test_okx_like_asks_get_order_details_by_inst_id_and_cl_ord_id_in_the_signed_query():
+    okx = OkxLike({"K": ("s3cret", "pass phrase")})
+    order = {"instId": "BTC-USDT", "tdMode": "cash", "side": "buy", "ordType": "market", "sz": "2"}
+    assert_asks_read("okx-like", okx, "K", "s3cret", order, passphrase="pass phrase")
+    ask = written("okx-like", "K", "s3cret", order, asking="o1", passphrase="pass phrase")
+    assert ask.query_params() == {"instId": "BTC-USDT", "clOrdId": "o1"}
+    assert okx.answer(dataclasses.replace(ask, query="instId=ETH-USDT&clOrdId=o1"), STAMP_MS).body["code"] == "50113"
+
+
+def test_bybit_like_asks_the_realtime_orders_by_category_symbol_and_order_link_id():
+    bybit = BybitLike({"K": "s3cret"})
+    order = {"category": "spot", "symbol": "BTCUSDT", "side": "Buy", "orderType": "Market", "qty": "2"}
+    assert_asks_read("bybit-like", bybit, "K", "s3cret", order)
+    ask = written("bybit-like", "K", "s3cret", order, asking="o1")
+    assert ask.query_params() == {"category": "spot", "symbol": "BTCUSDT", "orderLinkId": "o1"}
+
+
+def test_coinbase_advanced_like_asks_by_sending_the_order_again_under_its_client_order_id():
+    """No Coinbase endpoint finds an order by client_order_id; the order sent again under it places nothing where
+    the id is held, and answers with that order: found. Refused, nothing holds the id: not found."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                            serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    coinbase = CoinbaseAdvancedLike({"organizations/o/apiKeys/k": public})
+    order = {"product_id": "BTC-USD", "side": "BUY", "order_configuration": {"market_market_ioc": {"base_size": "1"}}}
+    assert_asks_read("coinbase-advanced-like", coinbase, "organizations/o/apiKeys/k", pem, order,
+                     unplaced={**order, "product_id": "NOPE-USD"})
+    ask = written("coinbase-advanced-like", "organizations/o/apiKeys/k", pem, {**order, "leverage": "2"}, asking="o3")
+    assert json.loads(ask.body) == {**order, "leverage": "2", "client_order_id": "o3"}  # the whole order, as it was
+    assert finding("coinbase-advanced-like", coinbase.answer(ask, STAMP_MS), "o3") is Finding.FOUND
+    assert [placed["client_order_id"] for placed in coinbase.placed] == ["o1", "o3"]  # each once: the ask placed o3
+
+
+def test_binance_spot_like_asks_get_order_by_symbol_and_orig_client_order_id():
+    assert_asks_read("binance-spot-like", BinanceLike({"K": "s3cret"}), "K", "s3cret", ORDER)

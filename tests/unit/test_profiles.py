@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from thread_client.policy.answers import AnswerTable, Outcome, Reading
-from thread_client.profile import ProfileError, builtin_names, load_profile, profile_toml, read_profile
+from thread_client.profile import JsonPath, ProfileError, builtin_names, load_profile, profile_toml, read_profile
 from thread_client.profile.command import profile_main
 
 EXAMPLES = sorted((ROOT / "examples" / "profiles").glob("*.toml"))
@@ -45,6 +45,11 @@ def test_profile_list_and_show(capsys):
     assert profile_main(["show", "no-such-profile"], "thread-client") == 2
     assert "no built-in profile 'no-such-profile'" in capsys.readouterr().err
 
+
+# A [settle] table, and its rules as the reference order profile writes them.
+SETTLE = '[request]\nclient_id = "req_id"\n\n[settle]\npath = "/api/order"\nclient_id_param = "clientId"\n\n'
+FOUND = '[[settle.rule]]\nstatus = 200\nfield = "status"\nequals = "FOUND"\noutcome = "found"\n\n'
+NOT_FOUND = '[[settle.rule]]\nstatus = 400\nfield = "code"\nequals = -2013\noutcome = "not_found"\n'
 
 # Each broken profile, the line the error must name, and words of the message.
 BROKEN = [
@@ -92,6 +97,12 @@ BROKEN = [
     ("[request]\nendpoints = [5]\n", 2, "got 5"),
     ("[[limit]]\nalgorithm = \"rolling-window\"\nlimit = 5\nperiod_ms = 1000\ncost = { \"POST /api/order\" = 2 }\n", 5,
      "cost names POST /api/order, an endpoint the profile does not allow"),
+    # Issue 41, 4.7: a status alone proves no order's fate (a proxy's 200 page, a 400 of another kind).
+    (SETTLE + "[[settle.rule]]\nstatus = 200\noutcome = \"found\"\n\n" + NOT_FOUND, 8,
+     "a found rule must read the answer (body_contains, field, header or echo_id)"),
+    (SETTLE + FOUND + "[[settle.rule]]\nstatus = [400, 404]\noutcome = \"not_found\"\n", 14,
+     "a not_found rule must read the answer"),
+    ("[request]\nheaders = { \"X-Target\" = \"{target}\" }\n", 2, "names an unknown field {target}"),
 ]
 
 
@@ -181,6 +192,34 @@ outcome = "retry"
     assert teapot.outcome is Outcome.SERVER_ERROR and teapot.unmatched
 
 
+def test_a_settle_rule_that_reads_its_answer_and_one_that_reads_unknown_on_a_status_alone_are_taken():
+    profile = read_profile(SETTLE + FOUND + NOT_FOUND + '\n[[settle.rule]]\nstatus = 503\noutcome = "unknown"\n',
+                           "orders.toml")
+    assert [rule.outcome for rule in profile.settle.rules] == ["found", "not_found", "unknown"]
+
+
+def test_a_status_ask_is_written_as_the_profile_s_requests_but_a_get_carries_everything_in_its_query():
+    okx = load_profile(str(ROOT / "examples" / "profiles" / "okx-like.toml"))
+    shape = okx.settle.ask_shape(okx.request)
+    assert (shape.method, shape.path, shape.params_in, shape.fields_in) == ("GET", "/api/v5/trade/order", "query",
+                                                                            "query")
+    assert dataclasses.replace(shape, method="POST", path="/api/v5/trade/order", params_in="json",
+                               fields_in="body") == okx.request  # the key, headers and id as the orders'
+    kraken = load_profile(str(ROOT / "examples" / "profiles" / "kraken-like.toml"))
+    assert kraken.settle.ask_shape(kraken.request) == dataclasses.replace(kraken.request, path="/0/private/QueryOrders")
+
+
+def test_a_json_path_star_stands_for_any_one_member_the_rest_of_the_path_is_found_in():
+    """Kraken keys an order by its own txid, which the client never learnt: ``result.*.cl_ord_id``."""
+    answer = {"error": [], "result": {"OQCLML-BW3P3-BUCMWZ": {"status": "closed"},
+                                      "OB5VMB-B4U2U-DK2WRW": {"cl_ord_id": "o1"}}, "list": [{}, {"id": 7}]}
+    assert JsonPath("result.*.cl_ord_id").find(answer) == "o1"
+    assert JsonPath("list.*.id").find(answer) == 7 and JsonPath("result.*").find(answer) == {"status": "closed"}
+    for nothing in ("result.*.txid", "error.*", "list[0].*", "error.*.x"):
+        with pytest.raises(LookupError):
+            JsonPath(nothing).find(answer)
+
+
 def test_a_profile_file_that_cannot_be_read_is_one_clear_error(tmp_path):
     with pytest.raises(ProfileError, match="cannot read it"):
         load_profile(str(tmp_path / "missing.toml"))
@@ -259,6 +298,9 @@ DOCUMENTED_ANSWERS = [
         "error": "INSUFFICIENT_FUND", "message": "Insufficient balance in source account"}}, {}, "rejected"),
     ("coinbase-advanced-like", 401, "Unauthorized", {}, "invalid_key"),
     ("github-like", 200, {"login": "octocat", "bio": "x"}, {}, "accepted"),
+    # A 200 that is no user (a captive portal's page, an empty answer) is no proof it was updated (issue 41, 4.7).
+    ("github-like", 200, "<html><body>Sign in to the network</body></html>", {}, "bad_answer"),
+    ("github-like", 200, {}, {}, "bad_answer"),
     ("github-like", 403, {"message": "API rate limit exceeded for user ID 1."},
      {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1764051060"}, "rate_limited"),
     ("github-like", 429, {"message": "You have exceeded a secondary rate limit. Please wait a few minutes."},

@@ -37,6 +37,16 @@ def test_known_vectors_in_both_algorithms_encodings_and_outputs(algorithm, hex_d
     assert base64.b64decode(as_base64).hex() == hex_digest
 
 
+def test_target_is_the_path_with_its_query_where_there_is_one():
+    """OKX signs the request path with its query (``/api/v5/trade/order?instId=BTC-USDT&clOrdId=o1``), and a bare
+    path where there is none: ``{target}``, never ``{path}?{query}`` with a stray ``?``."""
+    signing = Signing(message="{method}{target}")
+    get = SignedParts("GET", "/api/v5/trade/order", "instId=BTC-USDT&clOrdId=o1", "", "", "", "KEY", "")
+    assert get.target == "/api/v5/trade/order?instId=BTC-USDT&clOrdId=o1"
+    assert Signer(signing, Secret("s")).sign(get) == Signer(Signing(message="GET" + get.target), Secret("s")).sign(get)
+    assert parts(path="/api/v5/trade/order").target == "/api/v5/trade/order"
+
+
 def test_the_binance_docs_example_signature():
     # developers.binance.com, "SIGNED endpoint examples for POST /api/v3/order" (HMAC keys).
     secret = Secret("NhqPtmdSJYdKjVHjA7PZj4Mge3R5YNiP1e3UZjInClVN65XAbvqqM6A7H5fATj0j")

@@ -91,6 +91,12 @@ class HttpTransport:
         profile = profile or Profile("reference", "the contract")
         self._writer = RequestWriter(base_path(url, profile.request.path), api_key, profile.request, profile.nonce,
                                      profile.sign, signer, secret, extras)
+        # A status ask ([settle]) is written in the shape its endpoint gives it (a GET: everything in its query).
+        settle = profile.settle
+        self._ask = (settle.method, settle.path) if settle is not None else None
+        self._ask_writer = self._writer if settle is None else RequestWriter(
+            base_path(url, profile.request.path), api_key, settle.ask_shape(profile.request), profile.nonce,
+            profile.sign, signer, secret, extras)
         self.endpoint = endpoint_of(url, profile.request.path)
         self._answer_headers = profile.answer_headers  # the response headers the profile's answer rules read
         # A timestamp API or a fixed window: every answer's Date teaches the estimate of the server's clock.
@@ -118,8 +124,9 @@ class HttpTransport:
         the URL's prefix) if it names its own endpoint. ``on_sent`` is called once the request is written to
         the socket. Raises RequestNotBuilt, with nothing sent, if the request cannot be built (a signing hook
         failed)."""
+        writer = self._ask_writer if (method, path) == self._ask else self._writer
         try:
-            method, target, body, headers = self._writer.write(nonce, req_id, params, method, path)
+            method, target, body, headers = writer.write(nonce, req_id, params, method, path)
         except Exception as exc:  # the user's hook: nothing left. Its words may hold the secret: only its kind
             raise RequestNotBuilt(f"signing failed ({type(exc).__name__})") from exc
         self.connect()  # at once if open already: the worker opened it before it drew the nonce

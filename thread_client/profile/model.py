@@ -44,10 +44,12 @@ RETRY_UNITS = ("s", "ms", "epoch-s", "epoch-ms", "date")
 INVALID_NONCE_COSTS = ("free", "counted")
 #: What a ``[settle]`` rule may read a status answer as: the exchange has the order, has none, or cannot tell.
 SETTLE_FINDINGS = ("found", "not_found", "unknown")
-#: The fields a signing message may name, each filled per request.
-TEMPLATE_FIELDS = ("method", "path", "query", "body", "nonce", "timestamp", "key", "recv_window")
-#: The fields a header's template may name: the signature's, the key's secret and passphrase, the signature itself.
-HEADER_FIELDS = (*TEMPLATE_FIELDS, "secret", "passphrase", "signature")
+#: The fields a signing message may name, each filled per request. ``target``: the path, then ``?`` and the query
+#: where there is one (what OKX calls the request path).
+TEMPLATE_FIELDS = ("method", "path", "query", "target", "body", "nonce", "timestamp", "key", "recv_window")
+#: The fields a header's template may name: the signature's (but ``target``: a header names ``{path}`` and
+#: ``{query}``), the key's secret and passphrase, the signature itself.
+HEADER_FIELDS = (*(name for name in TEMPLATE_FIELDS if name != "target"), "secret", "passphrase", "signature")
 #: A header template's name for one of the key's named extra secrets (a TOML keys file's ``[key.extra]``).
 EXTRA_FIELD = re.compile(r"extra\.([A-Za-z_][A-Za-z0-9_]*)")
 #: Sent unless the profile's headers name a User-Agent of their own (some APIs refuse a request without one).
@@ -221,6 +223,13 @@ class Settle:
     def endpoint(self) -> str:
         """The status endpoint as a limit's cost table names it: ``METHOD /path``."""
         return f"{self.method} {self.path}"
+
+    def ask_shape(self, request: RequestShape) -> RequestShape:
+        """How a status ask is written: as the profile's ``request`` (its key, headers and id), to this endpoint. A
+        GET carries its params and the profile's own fields in its query string, whatever ``params_in`` and
+        ``fields_in`` say for orders (OKX's and Bybit's status endpoints are GETs beside JSON order endpoints)."""
+        shape = dataclasses.replace(request, method=self.method, path=self.path, endpoints=())
+        return dataclasses.replace(shape, params_in="query", fields_in="query") if self.method == "GET" else shape
 
 
 @dataclass(frozen=True, slots=True)

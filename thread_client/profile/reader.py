@@ -314,7 +314,8 @@ class _Compiler:
 
     def _settle(self, values: dict[str, Any], request: RequestShape) -> Settle | None:
         """The ``[settle]`` order-status endpoint: it names a client id the profile's requests carry, and rules
-        that read found and not found (anything no rule reads is unknown: asked again)."""
+        that read found and not found, each from what the answer says, never its status alone (anything no rule
+        reads is unknown: asked again)."""
         missing = [name for name in ("path", "client_id_param") if not values.get(name)]
         if missing:
             self._error(self._finder.line("settle"), f"[settle] needs {' and '.join(missing)}")
@@ -376,6 +377,10 @@ class _Compiler:
                 self._error(self._finder.line(table, "echo_id", index),
                             "echo_id needs the id to be sent ([request] id_param)")
             rule = AnswerRule(statuses=statuses, line=line, **values)
+            if table == "settle.rule" and rule.outcome != "unknown" and rule.unconditional:
+                self._error(line, f"a {rule.outcome} rule must read the answer (body_contains, field, header or "
+                                  "echo_id): a status alone is no proof of an order's fate (a proxy's page, an error "
+                                  "of another kind)")
             shadow = next((earlier for earlier in rules if earlier.unconditional
                            and earlier.statuses[0] <= statuses[0] and statuses[1] <= earlier.statuses[1]), None)
             if shadow is not None:
@@ -508,7 +513,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def _available_fields(nonce: NonceShape, request: RequestShape) -> set[str]:
-    available = {"method", "path", "query", "body", "key"}
+    available = {"method", "path", "query", "target", "body", "key"}
     if nonce.style == "counter":
         available.add("nonce")
     elif nonce.is_timestamp:

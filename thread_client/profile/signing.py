@@ -59,6 +59,12 @@ class SignedParts:
     key: str
     recv_window: str
 
+    @property
+    def target(self) -> str:
+        """The request target as sent, the signature param aside: the path, then ``?`` and the query where there is
+        one (OKX signs ``/api/v5/trade/order?instId=BTC-USDT&clOrdId=o1``, and a bare ``/api/v5/trade/order``)."""
+        return f"{self.path}?{self.query}" if self.query else self.path
+
 
 #: A user's signing hook: the secret's bytes (decoded as ``secret_encoding`` says) and the request's parts
 #: in; the signature's text out, as it is to be sent.
@@ -125,8 +131,8 @@ class Signer:
                 raise TypeError(f"the signing hook gave a {type(signature).__name__}, not printable ASCII text")
             return signature
         message = self._message.format(
-            method=parts.method, path=parts.path, query=parts.query, body=parts.body, nonce=parts.nonce,
-            timestamp=parts.timestamp, key=parts.key, recv_window=parts.recv_window,
+            method=parts.method, path=parts.path, query=parts.query, target=parts.target, body=parts.body,
+            nonce=parts.nonce, timestamp=parts.timestamp, key=parts.key, recv_window=parts.recv_window,
         )
         mac = hmac.new(self._secret, message.encode(), self._digest).digest()
         return base64.b64encode(mac).decode() if self._base64 else mac.hex()
