@@ -37,7 +37,9 @@ import argparse
 import collections
 import email.utils
 import hashlib
+import heapq
 import hmac
+import itertools
 import json
 import math
 import random
@@ -166,12 +168,21 @@ class Orders:
     """The order mode (``--order-status``, off by default): each accepted ``req_id`` is an order the exchange
     knows by that client id, as Binance knows ``newClientOrderId``.
 
-    * The order endpoint refuses an id it accepted before: 400 ``{"code": -2010}`` (duplicate order sent).
+    * An exchange keeps an order in the account that placed it (a key with no account is its own). Whether a
+      client id the account placed before may be placed again is ``client_ids`` (``CLIENT_ID_RULES``):
+      ``refused`` (never: 400 ``{"code": -2010}``, duplicate order sent), ``idempotent`` (never: the resend is
+      answered 200 with the first order, placing nothing) or ``open`` (only while the first is open: each order
+      fills a drawn 0 to ``fill_max_ms`` after it was placed, then its id is free and a resend places a second
+      order, as Binance, Kraken and OKX check a client id among open orders only).
     * ``GET /api/order?clientId=ID`` (the key, nonce and signature as for an order; the nonce is spent, a slot
       of the key's limit too) answers 200 ``{"status": "FOUND", "client_id": ID}`` or 400 ``{"code": -2013}``
-      (order does not exist). It writes no ledger line.
+      (order does not exist), for the asking key's account; an order placed less than ``status_lag_ms`` ago is
+      not found yet (a status index behind the order book). Each ask is a ledger line of its own.
     * Faults of the order endpoint, each after the order was accepted: ``execution_unknown_rate``, answered
       500 ``{"code": -1007}`` (execution status unknown); ``order_late_rate``, answered only after ``STALL_S``.
+      With ``placed_late_ms``, an order answered -1007 is placed only a drawn 0 to ``placed_late_ms`` later (the
+      matching engine's lag Binance documents): until then a status ask does not find it, and a resend under its
+      client id may be placed first.
     * Faults of the status endpoint: ``status_lost_rate`` (the connection closed, no answer),
       ``status_late_rate`` (answered after ``STALL_S``), ``status_unknown_rate`` (503 ``{"code": -1007}``);
       ``status_misses``: the first that many asks about each order it has answer "does not exist" (an index
@@ -185,6 +196,10 @@ class Orders:
     status_late_rate: float = 0.0
     status_unknown_rate: float = 0.0
     status_misses: int = 0
+    client_ids: str = "refused"
+    fill_max_ms: int = 5000
+    placed_late_ms: int = 0
+    status_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         for name in _ORDER_RATES:
@@ -194,10 +209,14 @@ class Orders:
         if self.execution_unknown_rate + self.order_late_rate > 1.0 or (
                 self.status_lost_rate + self.status_late_rate + self.status_unknown_rate > 1.0):
             raise ValueError("the order fault rates add up to more than 1")
-        if self.status_misses < 0:
-            raise ValueError(f"--status-misses must be 0 or more, got {self.status_misses}")
-        if (self.status_misses or any(getattr(self, name) for name in _ORDER_RATES)) and not self.enabled:
-            raise ValueError("the order and status faults need --order-status")
+        if self.client_ids not in CLIENT_ID_RULES:
+            raise ValueError(f"--client-ids must be one of {', '.join(CLIENT_ID_RULES)}, got {self.client_ids}")
+        for name in ("status_misses", "fill_max_ms", "placed_late_ms", "status_lag_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
+        emulated = self.client_ids != "refused" or self.placed_late_ms or self.status_lag_ms or self.status_misses
+        if (emulated or any(getattr(self, name) for name in _ORDER_RATES)) and not self.enabled:
+            raise ValueError("the order and status faults and rules need --order-status")
 
     def order_fault(self, draw: Callable[[], float]) -> str | None:
         """The order endpoint's fault for this answer (``execution_unknown``, ``late``), or None; ``draw`` is
@@ -212,6 +231,48 @@ class Orders:
     @staticmethod
     def _fault(draw: Callable[[], float], rates: list[tuple[str, float]]) -> str | None:
         return _pick(draw(), rates) if any(rate for _, rate in rates) else None
+
+
+#: How an exchange treats a client id its account placed before (``Orders.client_ids``).
+CLIENT_ID_RULES = ("refused", "idempotent", "open")
+
+
+class OrderBook:
+    """The orders each account placed, by client id, with when each was placed and fills (server ms), and the
+    orders answered -1007 that the engine has yet to place (``Orders.placed_late_ms``). Guarded by its caller's
+    lock (``ExchangeState``)."""
+
+    def __init__(self, orders: "Orders") -> None:
+        self._rule = orders.client_ids
+        self._status_lag_ms = orders.status_lag_ms
+        self._placed: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (account, id) -> [(placed, fills)]
+        self._late: list[tuple[int, int, dict]] = []  # a heap of (due ms, order, its ledger line to be)
+        self._late_order = itertools.count()
+
+    def repeat(self, account: str, client_id: str, now_ms: int) -> str | None:
+        """What a new order of ``client_id`` is under the rule: ``duplicate`` (refused), ``repeat`` (answered with
+        the first order), or None (placed)."""
+        placed = self._placed.get((account, client_id))
+        if not placed or (self._rule == "open" and all(fills <= now_ms for _, fills in placed)):
+            return None
+        return "repeat" if self._rule == "idempotent" else "duplicate"
+
+    def place(self, account: str, client_id: str, now_ms: int, fills_ms: int) -> None:
+        self._placed.setdefault((account, client_id), []).append((now_ms, fills_ms))
+
+    def found(self, account: str, client_id: str, now_ms: int) -> bool:
+        """Whether the status endpoint finds the order: placed at least ``status_lag_ms`` ago, open or filled."""
+        return any(placed + self._status_lag_ms <= now_ms for placed, _ in self._placed.get((account, client_id), ()))
+
+    def place_later(self, due_ms: int, line: dict) -> None:
+        heapq.heappush(self._late, (due_ms, next(self._late_order), line))
+
+    def due(self, now_ms: int) -> list[dict]:
+        """The ledger lines of the late orders whose time has come, taken out (the caller places them)."""
+        lines = []
+        while self._late and self._late[0][0] <= now_ms:
+            lines.append(heapq.heappop(self._late)[2])
+        return lines
 
 
 _ORDER_RATES = ("execution_unknown_rate", "order_late_rate", "status_lost_rate", "status_late_rate",
@@ -438,8 +499,15 @@ class Limits:
 #: Verdicts of a request that passed the rate limit: each spent a slot of its key's ring.
 SLOT_VERDICTS = frozenset({"accepted", "lost_answer", "invalid_nonce", "bad_timestamp", "fail", "garbage", "drop",
                            "stall", "error", "duplicate", "execution_unknown", "accepted_late"})
-#: Verdicts under which the exchange took the request: its nonce is spent, its id counted.
-ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer", "execution_unknown", "accepted_late"})
+#: Verdicts under which the exchange took the request: its nonce is spent, its id counted (the engine's late
+#: placement of an order answered -1007 is one too, on a line of its own).
+ACCEPTED_VERDICTS = frozenset({"accepted", "lost_answer", "execution_unknown", "accepted_late", "placed_late"})
+#: The verdicts of a late placement's own line (``Orders.placed_late_ms``).
+LATE_VERDICTS = frozenset({"placed_late", "late_duplicate"})
+#: Verdicts of a request that spent its nonce and a slot of its key's limit, and placed nothing: a status ask's,
+#: and an order's answered -1007 that the engine places later (``Orders.placed_late_ms``).
+NONCE_ONLY_VERDICTS = frozenset({"found", "not_found", "status_lost", "status_late", "status_unknown",
+                                 "execution_pending"})
 
 
 class Ledger:
@@ -502,6 +570,7 @@ class ExchangeState:
         ledger: Ledger | None = None,
         banned_for: float = 0.0,
         limits: Limits = Limits(),
+        orders: Orders = Orders(),
     ) -> None:
         self._max_429 = max_429
         self._clock_ms = clock_ms
@@ -517,6 +586,10 @@ class ExchangeState:
         self._faults = {"fail": 0, "garbage": 0, "drop": 0, "stall": 0, "proxy_429": 0, "lost_answer": 0}
         # How often each req_id was accepted, by any key: a count above 1 is a duplicate the client caused.
         self._accepted_ids: dict[str, int] = {}
+        # The order mode's book: an exchange keeps an order in the account that placed it (a key with none is its
+        # own), and another account's status ask does not find it.
+        self._account_of = limits.accounts
+        self._book = OrderBook(orders)
         # The order mode's counts (--order-status): duplicates refused, status asks and their faults, by name.
         self._orders: dict[str, int] = {}
         self._status_asks: dict[str, int] = {}  # asks about each order the exchange has, for --status-misses
@@ -541,12 +614,13 @@ class ExchangeState:
         of what it admitted, so this restores every model, under the model and scope the server now runs),
         its strikes and block, and how often each id was accepted."""
         spent: list[tuple[int, int, KeyState]] = []
+        late: dict[tuple[str, str], dict] = {}  # the orders answered -1007 the engine had yet to place
         for entry in entries:
             state = self._keys.get(entry.get("key"))
             if state is None:
                 continue
             verdict = entry.get("verdict")
-            if verdict in SLOT_VERDICTS and entry.get("stamp_ms") is not None:
+            if verdict in SLOT_VERDICTS | NONCE_ONLY_VERDICTS and entry.get("stamp_ms") is not None:
                 spent.append((entry["stamp_ms"], entry.get("cost", 1), state))
             if verdict == "rate_limited":
                 state.rate_limited += 1
@@ -556,7 +630,15 @@ class ExchangeState:
                 if nonce is not None and (state.last_nonce is None or nonce > state.last_nonce):
                     state.last_nonce = nonce
                 self._accepts = max(self._accepts, entry.get("accept") or 0)
-                self._count_accepted(entry.get("id"))
+                self._count_accepted(entry["key"], entry.get("id"), entry.get("stamp_ms") or 0, entry.get("fills_ms", 0))
+            if verdict in NONCE_ONLY_VERDICTS:
+                self._advance_nonce(state, entry.get("nonce"))
+            if "placed_late_ms" in entry:  # answered -1007, to be placed by the engine at that time
+                late[(entry["key"], str(entry.get("nonce")))] = entry
+            elif verdict in LATE_VERDICTS:
+                late.pop((entry["key"], str(entry.get("nonce"))), None)
+        for entry in late.values():
+            self._book.place_later(entry["placed_late_ms"], _late_line(entry))
         for state in self._keys.values():
             state.is_blocked = state.is_blocked or state.rate_limited >= self._max_429
         for stamp, cost, state in sorted(spent, key=lambda spend: spend[0]):
@@ -608,21 +690,48 @@ class ExchangeState:
             self._ban_s *= 2
             self._bans += 1
 
-    def accept_timestamp(self, key: str, req_id: str | None) -> int:
-        """A timestamp inside the window takes the nonce rule's place: accept (and count ``req_id``); returns
-        the order of acceptance (1, 2, ... over the server's life)."""
+    def place(self, key: str, req_id: str | None, fills_ms: int = 0) -> int:
+        """The exchange takes ``req_id`` on ``key`` (its nonce or timestamp passed), an order filling at
+        ``fills_ms``; returns the order of acceptance (1, 2, ... over the server's life)."""
         with self._lock:
-            state = self._keys[key]
-            state.accepted += 1
-            self._count_accepted(req_id)
-            self._accepts += 1
-            return self._accepts
+            return self._place(key, req_id, fills_ms)
 
-    def _count_accepted(self, req_id: str | None) -> None:
+    def _place(self, key: str, req_id: str | None, fills_ms: int) -> int:
+        """Called with the lock held."""
+        self._keys[key].accepted += 1
+        self._count_accepted(key, req_id, self._clock_ms(), fills_ms)
+        self._accepts += 1
+        return self._accepts
+
+    def _count_accepted(self, key: str, req_id: str | None, placed_ms: int, fills_ms: int) -> None:
         """Called with the lock held."""
         seen = self._accepted_ids.get(req_id or "", 0)
         self._accepted_ids[req_id or ""] = seen + 1
         self._duplicate_accepts += seen > 0
+        self._book.place(self._account_of.get(key, key), req_id or "", placed_ms, fills_ms)
+
+    def account_of(self, key: str) -> str:
+        """The account ``key`` trades for (the keys file's; a key with none is its own)."""
+        return self._account_of.get(key, key)
+
+    def place_later(self, due_ms: int, line: dict) -> None:
+        """An order answered -1007 that the engine places at ``due_ms`` (``place_due``); ``line``: its ledger line."""
+        with self._lock:
+            self._book.place_later(due_ms, _late_line(line))
+
+    def place_due(self) -> None:
+        """Place the orders answered -1007 whose time has come, each with a ledger line of its own: placed, or
+        refused as a duplicate where its client id was placed again meanwhile (the rule of ``Orders.client_ids``)."""
+        with self._lock:
+            now = self._clock_ms()
+            for line in self._book.due(now):
+                if self._book.repeat(self.account_of(line["key"]), line["client_id"], now) is not None:
+                    line.update(verdict="late_duplicate", decided_ms=now)
+                else:
+                    line.update(verdict="placed_late", decided_ms=now,
+                                accept=self._place(line["key"], line["id"], line["fills_ms"]))
+                if self.ledger is not None:
+                    self.ledger.write(line)
 
     def admit(self, key: str, cost: int = 1) -> tuple[str | None, int | None]:
         """Steps 3 and 4 of the contract as one atomic step: the error message, or None if ``cost`` was spent
@@ -640,40 +749,29 @@ class ExchangeState:
             self._count_429()
             return MSG_RATE_LIMITED, now
 
-    def check_nonce(self, key: str, raw_nonce: str | None, req_id: str | None = None) -> int | None:
-        """Step 5: accept the nonce if it is an integer above the key's last one (and count ``req_id``);
-        returns the order of acceptance (1, 2, ... over the server's life), or None for an invalid nonce."""
-        with self._lock:
-            state = self._keys[key]
-            if not self._advance_nonce(state, raw_nonce):
-                return None
-            state.accepted += 1
-            self._count_accepted(req_id)
-            self._accepts += 1
-            return self._accepts
-
     def count_order(self, name: str) -> None:
         """One more of the order mode's events ``name`` (shown in the stats' totals once there is one)."""
         with self._lock:
             self._orders[name] = self._orders.get(name, 0) + 1
 
-    def was_accepted(self, req_id: str | None) -> bool:
-        """Whether an order of this client id was accepted before (--order-status refuses it again)."""
+    def order_repeat(self, key: str, client_id: str) -> str | None:
+        """What a new order of ``client_id`` on ``key`` is (``OrderBook.repeat``): ``duplicate``, ``repeat``, or
+        None (it may be placed)."""
         with self._lock:
-            return (req_id or "") in self._accepted_ids
+            return self._book.repeat(self.account_of(key), client_id, self._clock_ms())
 
-    def find_order(self, client_id: str, misses: int) -> bool:
-        """Whether the exchange has an order of ``client_id``, as its status endpoint says: the first ``misses``
-        asks about each order it has say no (an index that lags behind the engine)."""
+    def find_order(self, key: str, client_id: str, misses: int) -> bool:
+        """Whether ``key``'s account has an order of ``client_id``, as the status endpoint says: the first
+        ``misses`` asks about each order it has say no (an index that lags behind the engine)."""
         with self._lock:
-            if client_id not in self._accepted_ids:
+            if not self._book.found(self.account_of(key), client_id, self._clock_ms()):
                 return False
             asks = self._status_asks[client_id] = self._status_asks.get(client_id, 0) + 1
             return asks > misses
 
     def spend_nonce(self, key: str, raw_nonce: str | None) -> bool:
-        """A status ask's nonce: spent if it is an integer above the key's last one (a late order below it is
-        then refused); an invalid one is counted as any invalid nonce."""
+        """Step 5, an order's or a status ask's nonce: spent if it is an integer above the key's last one (a late
+        request below it is then refused); an invalid one is counted."""
         with self._lock:
             return self._advance_nonce(self._keys[key], raw_nonce)
 
@@ -725,6 +823,13 @@ class ExchangeState:
             "totals": totals,
             "keys": keys,
         }
+
+
+def _late_line(entry: dict) -> dict:
+    """The ledger line the engine's late placement of the order ``entry`` (answered -1007) is written as."""
+    return {"kind": "placement", "key": entry["key"], "account": entry.get("account"), "nonce": entry.get("nonce"),
+            "id": entry.get("id"), "client_id": entry.get("client_id") or entry.get("id") or "", "stamp_ms": None,
+            "accept": None, "verdict": None, "status": None, "fills_ms": entry.get("fills_ms", 0)}
 
 
 def _int_or_none(raw: object) -> int | None:
@@ -815,10 +920,8 @@ class ExchangeHandler(BaseHTTPRequestHandler):
 
     def _handle_request(self, params: dict[str, str], body: str, query: str, cost: int) -> None:
         key = self._key(params)
-        # What the ledger says of this request; the branches below fill it in and write it as they decide,
-        # before the outgoing latency: a server killed while it sleeps has the request in its ledger.
-        entry: dict = {"key": key, "nonce": params.get("nonce"), "id": params.get("req_id"), "stamp_ms": None,
-                       "accept": None, "verdict": None, "status": None}
+        entry = self._ledger_entry("order", key, params, body, query)
+        entry["client_id"] = params.get("req_id")
         if cost != 1:
             entry["cost"] = cost
         try:
@@ -827,8 +930,18 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             if entry["verdict"] is None and entry["stamp_ms"] is not None:
                 self._write_ledger(entry, "error", None)  # a slot spent, then the handler failed: no answer
 
+    def _ledger_entry(self, kind: str, key: str | None, params: dict[str, str], body: str, query: str) -> dict:
+        """What the ledger says of a request as it arrives (``kind``: an ``order``, a ``status`` ask): the key, its
+        account, the nonce, the id, the query and the body exactly as received, and the server's clock. The
+        branches that decide it fill the rest in and write it, before the outgoing latency: a server killed while
+        it sleeps has the request in its ledger."""
+        state = self.server.state
+        return {"kind": kind, "key": key, "account": state.account_of(key) if state.is_known(key) else None,
+                "nonce": params.get("nonce"), "id": params.get("req_id"), "query": query, "body": body,
+                "arrived_ms": self.server.now_ms(), "stamp_ms": None, "accept": None, "verdict": None, "status": None}
+
     def _write_ledger(self, entry: dict, verdict: str, status: int | None) -> None:
-        entry.update(verdict=verdict, status=status)
+        entry.update(verdict=verdict, status=status, decided_ms=self.server.now_ms())
         if self.server.state.ledger is not None:
             self.server.state.ledger.write(entry)
 
@@ -837,13 +950,8 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         server = self.server
         state = server.state
         modes = server.modes
-
-        def answer(verdict: str, status: int, payload: dict | None = None, *, sleep: bool = True, **kwargs) -> None:
-            self._write_ledger(entry, verdict, status)
-            if sleep:
-                server.sleep_latency()
-            self._answer(status, payload, **kwargs)
-
+        answer = self._answer_writing(entry)
+        state.place_due()
         if state.bans:
             left = state.ban_left()
             if left > 0:
@@ -876,29 +984,44 @@ class ExchangeHandler(BaseHTTPRequestHandler):
             self._write_ledger(entry, fault, self._fault_status(fault))
             self._answer_fault(fault)
             return
-        if server.orders.enabled and state.was_accepted(params.get("req_id")):
+        orders = server.orders
+        repeat = state.order_repeat(key, params.get("req_id") or "") if orders.enabled else None
+        if repeat == "duplicate":
             state.count_order("duplicate")
             answer("duplicate", 400, {**error_body("duplicate order sent"), "code": -2010})
+            return
+        if repeat == "repeat":  # an idempotent exchange: the first order, answered again, nothing placed
+            state.count_order("repeat")
+            answer("repeat", 200, {"status": "OK", "req_id": params.get("req_id")})
             return
         if modes.timestamp_ms:
             if not self._timestamp_in_window(params):
                 state.count_refusal(signature=False)
                 answer("bad_timestamp", 400, error_body(MSG_BAD_TIMESTAMP))
                 return
-            entry["accept"] = state.accept_timestamp(key, params.get("req_id"))
-        else:
-            entry["accept"] = state.check_nonce(key, params.get("nonce"), params.get("req_id"))
-            if entry["accept"] is None:
-                answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE))
-                return
-        if server.draw() < server.lost_answer_rate:
+        elif not state.spend_nonce(key, params.get("nonce")):
+            answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE))
+            return
+        fills_ms = server.now_ms() + round(server.draw() * orders.fill_max_ms) if orders.client_ids == "open" else 0
+        lost = server.draw() < server.lost_answer_rate
+        fault = None if lost else orders.order_fault(server.draw)
+        if fault == "execution_unknown" and orders.placed_late_ms:  # the engine places it later, if it still may
+            state.count_order("execution_unknown")
+            entry.update(placed_late_ms=server.now_ms() + round(server.draw() * orders.placed_late_ms),
+                         fills_ms=fills_ms)
+            state.place_later(entry["placed_late_ms"], entry)
+            answer("execution_pending", 500, {**error_body("execution status unknown"), "code": -1007})
+            return
+        entry["accept"] = state.place(key, params.get("req_id"), fills_ms)
+        if orders.client_ids == "open":
+            entry["fills_ms"] = fills_ms
+        if lost:
             # Accepted, nonce spent, and the answer lost: the client cannot know, unless it asks again.
             state.count_fault("lost_answer")
             self._write_ledger(entry, "lost_answer", None)
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        fault = server.orders.order_fault(server.draw)
         if fault == "execution_unknown":  # executed, and the answer says nobody knows
             state.count_order("execution_unknown")
             answer("execution_unknown", 500, {**error_body("execution status unknown"), "code": -1007})
@@ -912,54 +1035,69 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         answer("accepted", 200, {"status": "OK", "req_id": params.get("req_id")})
 
     def _ask_order(self, params: dict[str, str], body: str, query: str) -> None:
-        """``GET /api/order?clientId=ID`` (``Orders``): whether the exchange has the order ID. The key, the
-        signature, a slot of the key's limit and the nonce (or timestamp) are checked as for an order, then the
-        status endpoint's faults are drawn; no ledger line is written."""
+        """``GET /api/order?clientId=ID`` (``Orders``): whether the asking key's account has the order ID. The key,
+        the signature, a slot of the key's limit and the nonce (or timestamp) are checked as for an order, then the
+        status endpoint's faults are drawn; each ending writes the ask's ledger line, as an order's does."""
         server = self.server
         state = server.state
         modes = server.modes
         orders = server.orders
         key = self._key(params)
+        client_id = params.get("clientId", "")
+        entry = self._ledger_entry("status", key, params, body, query)
+        entry["client_id"] = client_id
+        answer = self._answer_writing(entry)
+        state.place_due()
         if not state.is_known(key):
             state.count_invalid_key()
-            self._answer(401, error_body(MSG_INVALID_KEY))
+            answer("invalid_key", 401, error_body(MSG_INVALID_KEY), sleep=False)
             return
         if modes.sign is not None and not self._signed(key, params, body, query):
             state.count_refusal(signature=True)
-            self._answer(401, error_body(MSG_BAD_SIGNATURE))
+            answer("bad_signature", 401, error_body(MSG_BAD_SIGNATURE), sleep=False)
             return
         server.sleep_latency(incoming=True)
-        refusal, _ = state.admit(key)
+        refusal, entry["stamp_ms"] = state.admit(key)
         if refusal is not None:
-            self._answer(429, error_body(refusal))
+            answer("blocked" if refusal == MSG_BLOCKED else "rate_limited", 429, error_body(refusal), sleep=False)
             return
         if modes.timestamp_ms and not self._timestamp_in_window(params):
             state.count_refusal(signature=False)
-            self._answer(400, error_body(MSG_BAD_TIMESTAMP))
+            answer("bad_timestamp", 400, error_body(MSG_BAD_TIMESTAMP), sleep=False)
             return
         if not modes.timestamp_ms and not state.spend_nonce(key, params.get("nonce")):
-            self._answer(400, error_body(MSG_INVALID_NONCE))
+            answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE), sleep=False)
             return
         state.count_order("status_asks")
         fault = orders.status_fault(server.draw)
         if fault == "lost":
             state.count_order("status_lost")
+            self._write_ledger(entry, "status_lost", None)
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if fault == "unknown":
+            state.count_order("status_unknown")
+            answer("status_unknown", 503, {**error_body("order status unknown"), "code": -1007}, sleep=False)
             return
         if fault == "late":
             state.count_order("status_late")
             time.sleep(STALL_S)
-        elif fault == "unknown":
-            state.count_order("status_unknown")
-            self._answer(503, {**error_body("order status unknown"), "code": -1007})
-            return
-        client_id = params.get("clientId", "")
-        server.sleep_latency()
-        if state.find_order(client_id, orders.status_misses):
-            self._answer(200, {"status": "FOUND", "client_id": client_id})
+        if state.find_order(key, client_id, orders.status_misses):
+            answer("found" if fault is None else "status_late", 200, {"status": "FOUND", "client_id": client_id})
         else:
-            self._answer(400, {**error_body("order does not exist"), "code": -2013})
+            answer("not_found" if fault is None else "status_late", 400,
+                   {**error_body("order does not exist"), "code": -2013})
+
+    def _answer_writing(self, entry: dict) -> Callable[..., None]:
+        """How a request whose ledger line is ``entry`` is answered: the line written with its verdict and the
+        answer's status, then the outgoing latency (unless ``sleep`` is false), then the answer."""
+        def answer(verdict: str, status: int, payload: dict | None = None, *, sleep: bool = True, **kwargs) -> None:
+            self._write_ledger(entry, verdict, status)
+            if sleep:
+                self.server.sleep_latency()
+            self._answer(status, payload, **kwargs)
+        return answer
 
     def _key(self, params: dict[str, str]) -> str | None:
         """The API key a request names: its ``--key-header`` if the server reads one, else its ``api_key`` field."""
@@ -1233,6 +1371,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="probability that a status ask is answered 503 code -1007, status unknown (default 0)")
     orders.add_argument("--status-misses", type=int, default=0, metavar="N",
                         help="the first N asks about each order the exchange has answer not found (default 0)")
+    orders.add_argument("--client-ids", choices=CLIENT_ID_RULES, default="refused",
+                        help="a client id the account placed before: refused (-2010, for ever), idempotent (answered "
+                        "with the first order, nothing placed) or open (refused only while its order is open; each "
+                        "order fills a drawn 0 to --fill-max-ms after it was placed) (default %(default)s)")
+    orders.add_argument("--fill-max-ms", type=int, default=5000, metavar="MS",
+                        help="with --client-ids open, the longest an order stays open (default %(default)s)")
+    orders.add_argument("--placed-late-ms", type=int, default=0, metavar="MS",
+                        help="an order answered -1007 is placed by the engine a drawn 0 to MS later, if its client id "
+                        "may still be placed then; until then the status does not find it (default 0: at once)")
+    orders.add_argument("--status-lag-ms", type=int, default=0, metavar="MS",
+                        help="the status endpoint finds an order only MS after it was placed (default 0)")
     limits = parser.add_argument_group("limit models (off by default: the contract's ring per key)")
     limits.add_argument("--limit-model", choices=LIMIT_MODELS, default="rolling-window",
                         help="the rate limit of step 4: the contract's ring, windows aligned to the server's clock, "
@@ -1278,7 +1427,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     try:
         args.faults = FaultRates(args.fail_rate, args.garbage_rate, args.drop_rate, args.stall_rate)
         args.orders = Orders(args.order_status, args.execution_unknown_rate, args.order_late_rate,
-                             args.status_lost_rate, args.status_late_rate, args.status_unknown_rate, args.status_misses)
+                             args.status_lost_rate, args.status_late_rate, args.status_unknown_rate, args.status_misses,
+                             args.client_ids, args.fill_max_ms, args.placed_late_ms, args.status_lag_ms)
         args.keys, secrets, accounts = read_keys(args.keys_file) if args.keys_file else (DEFAULT_KEYS, {}, {})
         args.limits = Limits(args.limit_model, args.window_ms, args.burst, args.decay_per_s, args.clock_offset_ms,
                              args.limit_scope, accounts)
@@ -1312,7 +1462,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"original_server.py: error: cannot use --ledger {args.ledger}: {exc.strerror}", file=sys.stderr)
         return 2
     state = ExchangeState(args.keys, args.rate, args.max_429, args.blocked, ban_after=args.ban_after,
-                          ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for, limits=args.limits)
+                          ban_s=args.ban_seconds, ledger=ledger, banned_for=args.banned_for, limits=args.limits,
+                          orders=args.orders)
     try:
         server = ExchangeServer(
             (args.host, args.port), state, args.latency_bounds, args.faults, args.seed, args.verbose, args.retry_after,

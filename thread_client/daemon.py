@@ -152,13 +152,14 @@ class Daemon:
         answers = AnswerTable(config.profile)
         # Where a send in doubt is settled by asking the exchange: its order-status endpoint, if the profile names one.
         status = StatusTable(config.profile, config.http_timeout) if config.profile.settle is not None else None
+        self.can_ask = status is not None  # a send in doubt is settled by asking: a requeue in doubt may be asked too
         self.workers = [
             Worker(
                 key, self.queues, transports(key), policy, self.outage, self._stop_workers,
                 listener=self.events, delivery=config.delivery, index=index, on_key_retired=self._on_key_retired,
                 on_stop=self._on_stop, on_ban=self.ban.banned, rate_limited=rate_limited, journal=journal,
                 late_answers=self.late_answers, answers=answers, status=status,
-                earlier_send=earlier.get(key.id) if index == 0 else None, clock=clock,
+                earlier_send=earlier.get(key.id) if index == 0 else None, key_of=keys.by_id, clock=clock,
                 nonce_refused_again=config.profile.nonce.ordered,
             )
             for key in keys
@@ -369,8 +370,8 @@ class Daemon:
                     continue
                 latest = self._requeues.get(item.id)
                 self._requeues[item.id] = requeue
-            request = Request(item.id, self._clock(), item.params, where=f"requeue {requeue}", method=item.method,
-                              path=item.path, weight=item.weight, requeue=requeue)
+            request = Request(item.id, self._clock(), item.params, item.resumed, item.sent_on, where=f"requeue {requeue}",
+                              method=item.method, path=item.path, weight=item.weight, requeue=requeue)
             try:
                 if not self.queues.submit(request, timeout=max(0.0, deadline - time.monotonic())):
                     break
@@ -439,7 +440,10 @@ class Daemon:
                          id=key.id, held_for=limiter.held_for)
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:
-        """One ERROR line per retired key, saying what follows for the rest."""
+        """One ERROR line per retired key, saying what follows for the rest; what was handed to it alone (a
+        request resumed after a crash, to ask about) goes to the other keys once it sends no more for good."""
+        if key.retired_because.final:
+            self.queues.release_handed(key.id)
         what = f"key {key.name} retired ({key.retired_because.value}: {detail})"
         if not self.keys.all_retired:
             active = len(self.keys) - len(self.keys.retired())

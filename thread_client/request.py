@@ -97,6 +97,7 @@ class Work:
     id: str
     params: Params = field(default_factory=dict)
     resumed: bool = False  # in flight when an earlier run crashed: it may have been accepted already
+    sent_on: str = ""  # resumed: the id of the key its latest send went on, if known (whose account has the order)
     receipt: str | None = None  # what to acknowledge to the source once the request is final (a stream entry id)
     where: str = ""  # where the source read it (``line 12``), as its final record says
     method: str = ""
@@ -104,8 +105,10 @@ class Work:
     weight: int = 1
 
     def as_line(self) -> str:
-        """The request as an input line that reads back to it (a work stream's entry)."""
-        return json_text({"id": self.id, "params": self.params, **endpoint_fields(self)})
+        """The request as an input line that reads back to it (a work stream's entry); a resumed one says so
+        (``sent_on``): the daemon asks the exchange for its order before sending it again."""
+        return json_text({"id": self.id, "params": self.params, **endpoint_fields(self),
+                          **({"sent_on": self.sent_on} if self.resumed else {})})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,7 @@ class Request:
     created_at: float
     params: Params = field(default_factory=dict)  # the user's parameters, sent with each attempt
     resumed: bool = False  # in flight when an earlier run crashed
+    sent_on: str = ""  # the id of the key its latest send went on, if known ("": not known): whose account has its order
     receipt: str | None = None  # what the source wants acknowledged with the final record (a stream entry id)
     where: str = ""  # where the source read it (``line 12``, ``entry 1700000000000-0``)
     digest: str = ""  # an invalid line's: a digest of its bytes, as its record keeps it (``InvalidInput``)
@@ -160,6 +164,9 @@ class Request:
     unsent: int = 0
     attempts: int = 0  # attempts that went out (or tried to)
     ambiguous: int = 0  # attempts the exchange may have accepted without saying so
+    # A send of it went unanswered, or was answered "duplicate", even if an ask found no order then: its order may be
+    # in the account of the key that sent it, which alone would refuse its client id again (``sent_on``).
+    placed_maybe: bool = False
     # What the latest failed attempt came to: an ``Outcome`` (``policy.answers``; a layer above, so not named here).
     last_failure: enum.Enum | None = None
     # The latest attempt, for the final record: which key and nonce, and what the exchange answered.
@@ -226,7 +233,7 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
         return InvalidInput(where, "", f"no \"id\" string of 1 to {MAX_ID_LENGTH} characters")
     if not _encodable(request_id):
         return InvalidInput(where, "", "the id is not valid Unicode (a lone surrogate)")
-    unknown = set(value) - {"id", "params", "method", "path", "weight"}
+    unknown = set(value) - {"id", "params", "method", "path", "weight", "sent_on"}
     if unknown:
         return InvalidInput(where, request_id, f"unknown field(s) {', '.join(sorted(unknown))}")
     method, path, weight = value.get("method", ""), value.get("path", ""), _whole(value.get("weight", Number(1)))
@@ -236,6 +243,9 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
         return InvalidInput(where, request_id, '"path" is not a path starting with /')
     if weight is None or weight < 1:
         return InvalidInput(where, request_id, '"weight" is not a positive integer')
+    sent_on = value.get("sent_on", "")
+    if not _is_text(sent_on) or len(sent_on) > MAX_ID_LENGTH:
+        return InvalidInput(where, request_id, '"sent_on" is not the id of a key')
     params = value.get("params", {})
     if not isinstance(params, dict):
         return InvalidInput(where, request_id, "\"params\" is not an object")
@@ -246,7 +256,8 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
             return InvalidInput(where, request_id, "nested too deep")
         if not encodable:
             return InvalidInput(where, request_id, f"parameter {name!r} is not valid Unicode (a lone surrogate)")
-    return Work(request_id, params, where=where, method=method, path=path, weight=weight)
+    return Work(request_id, params, where=where, method=method, path=path, weight=weight, resumed="sent_on" in value,
+                sent_on=sent_on)
 
 
 def _is_text(value: object) -> bool:

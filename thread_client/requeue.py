@@ -10,19 +10,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import IO, Callable
+from dataclasses import replace
+from typing import IO, Callable, Iterable, Mapping, Sequence
 
 from .arguments import OneLineParser
 from .cluster.address import StoreAddress, is_store_url
 from .cluster.work_stream import WorkStream, requeue_work
 from .errors import ConfigError, StoreUnavailable
+from .profile import DEFAULT_PROFILE, ProfileError, load_profile
 from .io.jsonlines import json_objects
 from .io.resume import EarlierSend
 from .request import FinalOutcome, InvalidInput, Work, parse_line, read_json
 
 __all__ = [
-    "DEAD", "DOUBLE_RISK", "REQUEUABLE", "dead_letters", "double_risk", "keep_last", "original_requests", "outcomes",
-    "requeue_main",
+    "DEAD", "DOUBLE_RISK", "NO_WAY_TO_ASK", "REQUEUABLE", "ask_first", "dead_letters", "double_risk", "in_doubt",
+    "keep_last", "original_requests", "outcomes", "refusal", "requeue_main",
 ]
 
 #: The outcomes a dead letter is never sent again for: ``accepted`` (no dead letter) and ``invalid_input`` (a line
@@ -42,6 +44,44 @@ DOUBLE_RISK = {
 REQUEUABLE = tuple(outcome for outcome in FinalOutcome if outcome not in _NOT_REQUEUABLE and outcome not in DOUBLE_RISK)
 #: Every dead letter's outcome.
 DEAD = (*REQUEUABLE, *DOUBLE_RISK)
+
+
+#: Why a dead letter in doubt is not sent again, where the profile cannot ask the exchange about it first.
+NO_WAY_TO_ASK = ("an attempt went unanswered (or it was in flight at a crash), so the exchange may have its order, "
+                 "and the profile has no [settle] to ask it first")
+
+
+def in_doubt(record: dict) -> bool:
+    """Whether a dead letter's order may be at the exchange already: an attempt of it went unanswered (ambiguous),
+    it was in flight at a crash, or its outcome says so (``DOUBLE_RISK``)."""
+    return (bool(record.get("ambiguous_attempts")) or record.get("resumed_after_crash") is True
+            or record.get("outcome") in {outcome.value for outcome in DOUBLE_RISK})
+
+
+def ask_first(works: Iterable[Work], dead: Mapping[str, dict], *, can_ask: bool,
+              may_double: bool) -> tuple[list[Work], list[str]]:
+    """The dead letters ``works`` (``dead``: their records) to send again, and the ids refused. One ``in_doubt`` is
+    never sent again blindly: where the profile can ask the exchange (``can_ask``: a [settle]), it is marked resumed,
+    so the daemon asks first, in the account of the key its last send went on, and sends it only if the order is not
+    there; where it cannot, it is refused unless ``may_double`` (the operator takes the risk of a second order)."""
+    sent: list[Work] = []
+    refused: list[str] = []
+    for item in works:
+        if not in_doubt(dead[item.id]):
+            sent.append(item)
+        elif can_ask:
+            sent.append(replace(item, resumed=True))
+        elif may_double:
+            sent.append(item)
+        else:
+            refused.append(item.id)
+    return sent, refused
+
+
+def refusal(refused: Sequence[str], shown: int = 10) -> str:
+    """What the operator reads of ``refused`` ids (the first ``shown`` named)."""
+    named = ", ".join(map(repr, refused[:shown])) + (f" and {len(refused) - shown} more" if len(refused) > shown else "")
+    return f"{len(refused)} dead letters not requeued ({named}): {NO_WAY_TO_ASK}"
 
 
 def outcomes(text: str) -> frozenset[FinalOutcome]:
@@ -110,16 +150,19 @@ def original_requests(ids: set[str], journal: Path, source: Path | None,
 
 def requeue_main(argv: list[str], prog: str) -> int:
     """Write the dead letters of a results file as input lines again, with the same ids, for a new run or a work stream.
-    A dead letter is the last record of an id, when its outcome is one of --outcome. Exit 0 if every one was written, 1 if some request could not be found (named on stderr) or the store did
-    not take them all (run it again: what went in is skipped), 2 on a bad setting."""
+    A dead letter is the last record of an id, when its outcome is one of --outcome. Exit 0 if every one was written,
+    1 if some request could not be found or was refused (its order may be placed already, and the profile cannot ask:
+    each named on stderr) or the store did not take them all (run it again: what went in is skipped), 2 on a bad
+    setting."""
     parser = OneLineParser(prog=f"{prog} requeue", description=requeue_main.__doc__.splitlines()[0])
     parser.add_argument("results", metavar="FILE", help="a results file (--results of the run)")
     parser.add_argument("--outcome", type=outcomes, required=True, metavar="NAME[,NAME...]",
                         help=f"the outcomes to requeue: {', '.join(o.value for o in REQUEUABLE)}; "
                         f"{' and '.join(o.value for o in DOUBLE_RISK)} with --may-double")
     parser.add_argument("--may-double", action="store_true",
-                        help=f"requeue {' and '.join(o.value for o in DOUBLE_RISK)} dead letters too: their order may "
-                        "be at the exchange already, and sent again it may be placed twice")
+                        help=f"requeue {' and '.join(o.value for o in DOUBLE_RISK)} dead letters too, and those with "
+                        "an attempt that went unanswered where the profile cannot ask first: their order may be at the "
+                        "exchange already, and sent again it may be placed twice")
     parser.add_argument("--to", required=True, metavar="PATH|-|redis://...",
                         help="a new file (refused if it exists) to run with --source PATH and a new --results; - for "
                         "standard output; or a work stream, redis://HOST:PORT/DB?stream=NAME (a dead record requeued "
@@ -127,7 +170,15 @@ def requeue_main(argv: list[str], prog: str) -> int:
     parser.add_argument("--input", metavar="PATH",
                         help="the run's input file: where a dead letter never sent (so not in FILE.sent, the send "
                         "journal) is found by its id")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+                        help="the run's profile (default %(default)s): a dead letter whose order may be at the "
+                        "exchange already (an attempt went unanswered) is requeued to be asked about first where it "
+                        "has a [settle], and refused without one unless --may-double")
     args = parser.parse_args(argv)
+    try:
+        can_ask = load_profile(args.profile).settle is not None
+    except ProfileError as exc:
+        parser.error(f"--profile {args.profile}: {exc}")
     if (risk := double_risk(args.outcome)) is not None and not args.may_double:
         parser.error(f"--outcome {risk}: give --may-double to take that risk")
     results = Path(args.results)
@@ -138,7 +189,8 @@ def requeue_main(argv: list[str], prog: str) -> int:
         found = original_requests(set(dead), Path(f"{results}.sent"), Path(args.input) if args.input else None)
     except OSError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc.filename}: {exc.strerror or exc}\n")
-    requests = [found[request_id] for request_id in dead if request_id in found]
+    requests, refused = ask_first((found[request_id] for request_id in dead if request_id in found), dead,
+                                  can_ask=can_ask, may_double=args.may_double)
     missing = [request_id for request_id in dead if request_id not in found]
     report = sys.stderr if args.to == "-" else sys.stdout
     try:
@@ -149,10 +201,14 @@ def requeue_main(argv: list[str], prog: str) -> int:
     for request_id in missing:
         print(f"{parser.prog}: not found: {request_id!r} is in neither {results}.sent nor "
               f"{args.input or 'an --input file'}", file=sys.stderr)
+    if refused:
+        print(f"{parser.prog}: {refusal(refused)}; give --may-double to send them again anyway, or --profile with a "
+              "[settle]", file=sys.stderr)
     print(f"requeued {written} of {len(dead)} dead letters to {_shown(args.to)}"
           f"{f'; {len(requests) - written} requeued before, skipped' if len(requests) > written else ''}"
-          f"{f'; {len(missing)} not found' if missing else ''}", file=report)
-    return 1 if missing else 0
+          f"{f'; {len(missing)} not found' if missing else ''}{f'; {len(refused)} refused' if refused else ''}",
+          file=report)
+    return 1 if missing or refused else 0
 
 
 def _write(parser: argparse.ArgumentParser, to: str, requests: list[Work], dead: dict[str, dict]) -> int:

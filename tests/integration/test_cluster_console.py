@@ -125,7 +125,7 @@ def test_dead_letters_are_paged_by_their_entry_id(group):
     code, first = ask(router, "GET", "/api/v1/dead?limit=2")
     assert code == 200 and [item["id"] for item in first["items"]] == ["d-0", "d-1"] and first["next"]
     assert first["items"][0] == {"id": "d-0", "outcome": "rejected", "detail": "why 0", "at": first["items"][0]["at"],
-                                 "key": mask(DEFAULT_KEYS[0]), "requeue": 0, "under_way": False,
+                                 "key": mask(DEFAULT_KEYS[0]), "requeue": 0, "in_doubt": False, "under_way": False,
                                  "requeuable": True}
     code, second = ask(router, "GET", f"/api/v1/dead?limit=2&after={first['next']}")
     assert code == 200 and [item["id"] for item in second["items"]] == ["d-2"] and second["next"] is None

@@ -49,6 +49,24 @@ def test_each_fault_alone_at_ten_percent(start_server, tmp_path, flag):
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_answers_lost_after_the_exchange_placed_the_request_never_stop_a_key_that_waits_for_every_answer(
+        start_server, tmp_path):
+    """Invalid nonces counted: until it has learnt the host, the order rule lets a key's next nonce leave only once
+    the last is answered. A quarter of the answers lost, each over a connection the server closes (no kept one
+    to send the nonce again on): once, every key stopped for good at its first lost answer, 39 of 40 never sent.
+    Now each lost one holds the key no longer than the unanswered hold."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": f"r{n}", "params": {"qty": "1"}}) + "\n" for n in range(40)))
+    server = start_server("--max-latency-ms", "2", "--seed", "7", "--lost-answer-rate", "0.25", "--close-every-answer")
+    keys = tmp_path / "keys"
+    keys.write_text("\n".join(KEYS[:3]) + "\n")
+    result, summary = run_client(server, tmp_path, "--invalid-nonce", "counted", "--source", str(source),
+                                 "--keys-file", str(keys), "--duration", "50", timeout=70)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert server.stats()["totals"]["lost_answer"] > 0
+    assert summary["accepted"] + summary["graveyard"] == 40 and summary["left_for_next_run"] == 0
+
+
 def test_a_key_blocked_from_the_start_is_retired_and_the_others_carry_the_load(start_server, tmp_path):
     server = start_server("--max-latency-ms", "5", "--block-keys", KEYS[0])
     result, summary = run_client(server, tmp_path, "--duration", "3")

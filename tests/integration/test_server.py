@@ -332,8 +332,11 @@ def test_the_ledger_holds_every_request_with_its_verdict_and_survives_a_kill(sta
                                                                        "invalid_key"]
     assert [line["status"] for line in lines] == codes
     assert [line["accept"] for line in lines[:20]] == list(range(1, 21))
-    assert lines[21] == {"seq": 22, "boot": 1, "key": KEYS[1], "nonce": "5", "id": "s5",
-                         "stamp_ms": lines[21]["stamp_ms"], "accept": 21, "verdict": "accepted", "status": 200}
+    clock = {name: lines[21][name] for name in ("arrived_ms", "stamp_ms", "decided_ms")}
+    assert lines[21] == {"seq": 22, "boot": 1, "kind": "order", "key": KEYS[1], "account": KEYS[1], "nonce": "5",
+                         "id": "s5", "client_id": "s5", "query": f"api_key={KEYS[1]}&nonce=5&req_id=s5", "body": "",
+                         **clock, "accept": 21, "verdict": "accepted", "status": 200}
+    assert clock["arrived_ms"] <= clock["stamp_ms"] <= clock["decided_ms"]  # the server's clock, as it decided
     assert all(isinstance(line["stamp_ms"], int) for line in lines[:23]) and lines[23]["stamp_ms"] is None
 
     server.stop(signal.SIGKILL)

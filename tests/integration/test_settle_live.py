@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+import requests
 
-from conftest import ROOT, run_client
+from conftest import KEYS, ROOT, run_client
+from thread_client.limits.keys import key_id
 
 PROFILE = str(ROOT / "examples" / "profiles" / "reference-orders.toml")
 ORDERS = [f"order-{n}" for n in range(6)]
@@ -33,11 +35,12 @@ def outcomes(tmp_path: Path) -> dict[str, str]:
 
 
 def verdicts(ledger: Path) -> dict[str, list[str]]:
-    """Each order's verdicts at the server, in the order they were decided."""
+    """Each order's verdicts at the server, in the order they were decided (its status asks are lines of their own)."""
     by_id = collections.defaultdict(list)
     for line in ledger.read_text().splitlines():
         entry = json.loads(line)
-        by_id[entry["id"]].append(entry["verdict"])
+        if entry["kind"] == "order":
+            by_id[entry["id"]].append(entry["verdict"])
     return by_id
 
 
@@ -102,3 +105,54 @@ def test_an_order_the_exchange_does_not_have_is_sent_again_once_per_miss(start_s
     totals = server.stats()["totals"]
     assert totals["drop"] >= 1 and totals["status_asks"] == 2 * totals["drop"]
     assert_one_order_each(server, ledger)
+
+
+def keys_file(tmp_path: Path, lines: str) -> str:
+    """The client's keys file, readable by its owner alone (the client refuses one others can read)."""
+    path = tmp_path / "client-keys"
+    path.write_text(lines)
+    path.chmod(0o600)
+    return str(path)
+
+
+def crashed_after_placing(server, tmp_path: Path, placed_by: str) -> None:
+    """What a run killed after its send of order-0 on ``placed_by`` left: the exchange has the order, the
+    run's send journal names that key, and no record ends the order."""
+    answer = requests.get(f"{server.url}/api/request", params={"api_key": placed_by, "nonce": 1, "req_id": "order-0"},
+                          timeout=5)
+    assert answer.status_code == 200
+    (tmp_path / "results.jsonl.sent").write_text(json.dumps(
+        {"id": "order-0", "key": key_id(placed_by), "nonce": 1, "params": {"qty": "1"}}) + "\n")
+
+
+def test_an_order_resumed_after_a_crash_is_never_placed_again_by_a_key_of_another_account(start_server, tmp_path):
+    """The order was placed by a key of desk-a before the crash; this run drives only desk-b's key. desk-b's
+    status ask cannot find desk-a's order (an exchange keeps an order in the account that placed it): it would
+    answer "not found", and the order would be placed a second time. No key here can ask desk-a: the order
+    ends ``unknown``, saying why, and the exchange holds it once."""
+    ledger, keys = tmp_path / "ledger.jsonl", tmp_path / "keys"
+    keys.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
+                          "--keys-file", str(keys))
+    crashed_after_placing(server, tmp_path, placed_by=KEYS[0])
+    place_orders(server, tmp_path, "--keys-file", keys_file(tmp_path, f"{KEYS[1]} s1 desk-b\n"))
+    records = {record["id"]: record for record in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert records["order-0"]["outcome"] == "unknown"
+    assert "not among this run's keys" in records["order-0"]["reason"]
+    assert {order: record["outcome"] for order, record in records.items() if order != "order-0"} == {
+        order: "accepted" for order in ORDERS[1:]}
+    assert server.accepted() == {order: 1 for order in ORDERS}
+
+
+def test_an_order_resumed_after_a_crash_is_asked_about_by_the_key_that_placed_it(start_server, tmp_path):
+    """Both keys are driven again, desk-b's first: whichever worker takes the order up, the ask goes out on
+    desk-a's key, which finds it: accepted, placed once."""
+    ledger, keys = tmp_path / "ledger.jsonl", tmp_path / "keys"
+    keys.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
+                          "--keys-file", str(keys))
+    crashed_after_placing(server, tmp_path, placed_by=KEYS[0])
+    place_orders(server, tmp_path, "--keys-file", keys_file(tmp_path, f"{KEYS[1]} s1 desk-b\n{KEYS[0]} s0 desk-a\n"))
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    assert server.accepted() == {order: 1 for order in ORDERS}
+    assert server.stats()["totals"]["duplicate_accepts"] == 0

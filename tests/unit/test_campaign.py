@@ -7,6 +7,7 @@ import dataclasses
 import http.server
 import json
 import threading
+from urllib.parse import urlencode
 
 import pytest
 
@@ -52,15 +53,20 @@ def test_odd_lines_land_among_the_requests():
 
 @pytest.fixture
 def history_of(tmp_path):
-    """A history made by hand: three requests c-1..c-3 from a file, the records and ledger lines given."""
-    def make(records: list[dict], ledger: list[dict], delivery: str = "exactly-once", healed: bool = True):
+    """A history made by hand: three requests c-1..c-3 from a file, the records and ledger lines given (an order's
+    query as its input line wrote its params, unless the line gives one), then ``torn`` lines of the ledger."""
+    def make(records: list[dict], ledger: list[dict], delivery: str = "exactly-once", healed: bool = True,
+             profile: str = "reference", torn: str = "", timeline: tuple[Fault, ...] = ()):
         setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file",
-                                      results="file", delivery=delivery, requests=3, odd_lines=0, tls=False)
+                                      results="file", delivery=delivery, requests=3, odd_lines=0, tls=False,
+                                      profile=profile)
         system = System(setting, tmp_path, lambda line: None)
+        params = {item["id"]: item["params"] for item in map(json.loads, system.lines)}
         system.results_file.write_text("".join(json.dumps(record) + "\n" for record in records))
-        system.ledger_file.write_text("".join(json.dumps({"seq": n, "boot": 1, **entry}) + "\n"
-                                              for n, entry in enumerate(ledger, 1)))
-        return check(collect(system, healed, []))
+        system.ledger_file.write_text("".join(
+            json.dumps({"seq": n, "boot": 1, "kind": "order", "query": urlencode(params.get(entry.get("id"), {})),
+                        **entry}) + "\n" for n, entry in enumerate(ledger, 1)) + torn)
+        return check(collect(system, healed, [], timeline=timeline))
 
     return make
 
@@ -87,9 +93,9 @@ def test_each_broken_promise_is_found(history_of):
     clean = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3)]
     assert kinds(history_of([record(1), record(2)], clean)) == {"missing_record"}
     assert kinds(history_of([record(1), record(2), record(3), record(3)], clean)) == {"duplicate_record"}
-    assert kinds(history_of([record(1), record(2), record(3)], clean + [accept(3, 13, 4)])) == {"accepted_twice"}
+    assert kinds(history_of([record(1), record(2), record(3)], clean + [accept(3, 13, 4)])) == {"placed_twice"}
     assert kinds(history_of([record(1), record(2), record(3)], clean[:2])) == {"accepted_not_at_exchange"}
-    assert kinds(history_of([record(1), record(2), record(3, "retries_exhausted")], clean)) == {"refused_but_accepted"}
+    assert kinds(history_of([record(1), record(2), record(3, "retries_exhausted")], clean)) == {"refused_but_placed"}
     strike = {"key": KEY, "nonce": "14", "id": "c-3", "stamp_ms": 1, "accept": None, "verdict": "rate_limited",
               "status": 429}
     assert kinds(history_of([record(1), record(2), record(3)], clean + [strike])) == {"strike"}
@@ -100,12 +106,40 @@ def test_each_broken_promise_is_found(history_of):
     assert kinds(history_of([record(1), record(2), record(3)], clean, healed=False)) == {"not_live"}
 
 
-def test_at_least_once_may_accept_twice_only_where_the_record_says_so(history_of):
-    twice = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3), accept(3, 13, 4)]
+def test_at_least_once_may_place_twice_only_where_no_answer_reached_the_client_and_never_where_it_can_ask(
+        history_of):
+    """The record's marks excuse nothing: the ledger says whether the client had an answer to the first copy."""
+    unanswered = [accept(1, 10, 1), accept(2, 11, 2), {**accept(3, 12, 3), "verdict": "lost_answer", "status": None},
+                  accept(3, 13, 4)]
+    answered = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3), accept(3, 13, 4)]
     marked = [record(1), record(2), record(3, ambiguous=1)]
-    assert history_of(marked, twice, delivery="at-least-once") == []
-    assert kinds(history_of([record(1), record(2), record(3)], twice, delivery="at-least-once")) == {
-        "double_accept_unmarked"}
+    assert history_of(marked, unanswered, delivery="at-least-once") == []
+    assert kinds(history_of(marked, answered, delivery="at-least-once")) == {"placed_again_after_an_answer"}
+    assert history_of(marked, answered, delivery="at-least-once",  # a cut link may have eaten the answer
+                      timeline=(Fault(-1e10, 2e10, "proxy-cut"),)) == []
+    assert kinds(history_of(marked, unanswered, delivery="at-least-once", profile="reference-orders")) == {
+        "placed_twice"}  # the daemon could have asked before it sent the order again
+
+
+def test_a_record_that_says_not_taken_stands_only_where_nothing_was_placed_or_no_answer_came(history_of):
+    lost = [accept(1, 10, 1), accept(2, 11, 2), {**accept(3, 12, 3), "verdict": "lost_answer", "status": None}]
+    assert history_of([record(1), record(2), record(3, "retries_exhausted", ambiguous=1)], lost,
+                      delivery="at-least-once") == []
+    assert kinds(history_of([record(1), record(2), record(3, "retries_exhausted")], lost,
+                            delivery="at-least-once")) == {"refused_but_placed"}  # it says nothing of a doubt
+    assert kinds(history_of([record(1), record(2), record(3, "rejected", ambiguous=1)], lost,
+                            delivery="at-least-once")) == {"refused_but_placed"}  # a refusal of every copy: false
+
+
+def test_a_ledger_line_that_does_not_parse_is_a_violation_not_a_skip(history_of):
+    clean = [accept(1, 10, 1), accept(2, 11, 2), accept(3, 12, 3)]
+    assert kinds(history_of([record(1), record(2), record(3)], clean, torn='{"seq": 4, "boot"\n')) == {
+        "ledger_unreadable"}
+
+
+def test_params_that_reach_the_exchange_other_than_the_line_wrote_them_are_found(history_of):
+    changed = [accept(1, 10, 1), accept(2, 11, 2), {**accept(3, 12, 3), "query": "amount=1.5"}]
+    assert kinds(history_of([record(1), record(2), record(3)], changed)) == {"sent_not_as_written"}
 
 
 def test_a_run_must_end_as_documented_unless_the_nemesis_killed_it(tmp_path):

@@ -136,13 +136,15 @@ class FakePanel:
             raise ValueError("not a cursor")
         return Page([{"id": "x"}], None)
 
-    def requeue(self, ids, chosen):
+    def requeue(self, ids, chosen, may_double):
         self.calls.append(("requeue", ids, chosen))
         if ids == ["none"]:
             raise NoResults("no results file")
         if ids and "full" in ids:
             raise RequeueRefused(ids[:ids.index("full")])
-        return ids or ["x"]
+        if ids and "placed-maybe" in ids and not may_double:
+            return [one for one in ids if one != "placed-maybe"], ["placed-maybe"]
+        return ids or ["x"], []
 
 
 def ask(router, method, target, body=b"", token=TOKEN):
@@ -240,6 +242,14 @@ def test_a_requeue_that_finds_the_main_queue_full_is_refused_at_once_with_what_w
               "requeued": 1, "ids": ["a"]})
 
 
+def test_a_requeue_names_the_dead_letters_it_refused_as_maybe_placed_and_why(router):
+    status, answer = ask(router, "POST", "/api/v1/dead/requeue", b'{"ids": ["a", "placed-maybe"]}')
+    assert status == 200 and answer["ids"] == ["a"] and answer["refused"] == ["placed-maybe"]
+    assert "[settle]" in answer["refused_because"] and "may_double" in answer["refused_because"]
+    status, answer = ask(router, "POST", "/api/v1/dead/requeue", b'{"ids": ["a", "placed-maybe"], "may_double": true}')
+    assert status == 200 and answer == {"requeued": 2, "ids": ["a", "placed-maybe"]}
+
+
 def test_only_the_page_s_own_files_are_served(router):
     assert ask(router, "GET", "/", token=None)[1] == b"<h1>console</h1>"
     reply = router.route("GET", "/static/console.js", None, b"")
@@ -262,7 +272,7 @@ def test_dead_letters_come_a_page_at_a_time_each_id_by_its_last_record(tmp_path)
     dead = DeadLetters(str(results))
     first = dead.page(limit=2)
     assert [item["id"] for item in first.items] == ["d0", "d1"] and first.items[0] == {
-        "id": "d0", "outcome": "rejected", "detail": "no", "at": 0.0, "key": "K", "requeue": 0}
+        "id": "d0", "outcome": "rejected", "detail": "no", "at": 0.0, "key": "K", "requeue": 0, "in_doubt": False}
     # d1 sent again and accepted, d3 sent again and refused again: the cursor still finds its place.
     write_records(results, [{"id": "d1", "outcome": "accepted", "finished": 6.0},
                             {"id": "d3", "outcome": "retries_exhausted", "finished": 7.0}])

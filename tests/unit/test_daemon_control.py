@@ -10,9 +10,12 @@ import threading
 
 import pytest
 
+from conftest import ROOT, FakeClock
 from fakes import ScriptedTransport
 from thread_client.config import Config
 from thread_client.control.dead import DeadLetters
+from thread_client.control.feed import ConsoleFeed
+from thread_client.control.panel import DaemonPanel
 from thread_client.daemon import Daemon
 from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import RequeueRefused
@@ -23,7 +26,9 @@ from thread_client.limits.keys import HostKeyPool, KeyPacing
 from thread_client.limits.limiter import PausedBy
 from thread_client.limits.scopes import RuleScopes
 from thread_client.policy.retry import RetryPolicy
+from thread_client.profile import load_profile
 from thread_client.request import Work
+from thread_client.requeue import REQUEUABLE
 
 BOUND = 5.0
 
@@ -138,3 +143,24 @@ def test_a_pause_and_a_resume_from_two_threads_leave_the_flag_and_the_keys_agree
         thread.join(BOUND)
         assert not thread.is_alive()
     assert daemon.paused is (PausedBy.DAEMON in limiter.paused_by), (daemon.paused, limiter.paused_by)
+
+
+@pytest.mark.parametrize("profile", ["reference", "reference-orders"])
+def test_a_dead_letter_whose_order_may_be_placed_is_asked_about_first_or_refused_never_sent_blindly(tmp_path, profile):
+    """The console's requeue: where the profile can ask ([settle]), the letter whose attempt went unanswered
+    reaches the queue marked to be asked about first, on the key it was sent on; where it cannot, it is refused
+    (unless the operator takes the risk), and a letter the exchange refused goes as it is."""
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"id": "t", "outcome": "retries_exhausted", "ambiguous_attempts": 1}) + "\n"
+                       + json.dumps({"id": "r", "outcome": "rejected", "ambiguous_attempts": 0}) + "\n")
+    (tmp_path / "results.jsonl.sent").write_text(json.dumps({"id": "t", "key": "k1", "nonce": 5, "params": {}}) + "\n"
+                                                 + json.dumps({"id": "r", "key": "k1", "nonce": 6, "params": {}}) + "\n")
+    daemon = daemon_of(tmp_path, profile=load_profile(str(ROOT / "examples" / "profiles" / f"{profile}.toml")))
+    panel = DaemonPanel(daemon, ConsoleFeed(FakeClock()), DeadLetters(str(results)))
+    sent, refused = panel.requeue(None, frozenset(REQUEUABLE), may_double=False)
+    queued = {request.req_id: request for request in iter(lambda: daemon.queues.take(timeout=0), None)}
+    if profile == "reference-orders":
+        assert (sent, refused) == (["t", "r"], [])
+        assert (queued["t"].resumed, queued["t"].sent_on, queued["r"].resumed) == (True, "k1", False)
+    else:
+        assert (sent, refused, list(queued)) == (["r"], ["t"], ["r"])

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from conftest import FakeClock
 from thread_client.errors import KeyPaused, LimiterClosed, LimiterTimeout
-from thread_client.limits.order_rule import OrderRule
+from thread_client.limits.order_rule import InvalidNonceCost, OrderRule
 from thread_client.limits.limiter import PausedBy, ThreadSafeRateLimiter
 from thread_client.limits.nonces import NonceGenerator
 
@@ -172,6 +172,24 @@ def test_the_order_gap_is_the_rules_and_each_answered_first_send_teaches_it(cloc
     resend = lim.acquire(timeout=0, resend_of=first)
     lim.release(resend, answered_at=clock() + 5)  # a resend's round trip says nothing of the host's latency
     assert rule.samples == 8
+
+
+@pytest.mark.parametrize("lost", ["no-answer", "late-sign", "no-sign"])
+def test_a_send_whose_answer_never_comes_holds_the_order_gate_no_longer_than_its_hold(clock, lost):
+    """At-least-once under an order rule that waits for every answer (invalid nonces counted, not yet learnt: the
+    Kraken-like example): a send whose answer is lost is stamped by the end of its hold if ever, and no later
+    nonce can overtake it after that. The gate opened then; it stayed shut for good before."""
+    rule = OrderRule(0.2, cost=InvalidNonceCost.COUNTED)
+    lim = ThreadSafeRateLimiter(20, clock=clock, order_latency=0.2, order_rule=rule, unanswered_hold=1.0)
+    assert rule.gap == math.inf
+    permit = lim.acquire(timeout=0)
+    if lost == "no-answer":  # the connection closed after the bytes left
+        lim.release(permit, answered_at=None)
+    else:  # a timeout, then the watch's end: a sign of the server's read, or none within its cap
+        lim.release_late(permit, sign_seen=lost == "late-sign")
+    assert delay_of(lim) <= 1.0
+    clock.advance(1.0)
+    assert lim.wait_ready(timeout=0) and lim.acquire(timeout=0) is not None
 
 
 def test_one_request_in_flight_per_key_ignores_the_rule(clock):

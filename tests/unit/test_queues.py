@@ -209,3 +209,42 @@ def test_a_submit_that_may_not_wait_refuses_a_full_queue_and_counts_nothing(mana
     assert manager.counts().created == 4 and manager.counts().balanced
     manager.take()
     assert manager.submit(new_request(9, clock), timeout=0)
+
+
+def test_a_request_handed_to_a_key_is_taken_by_that_key_alone_first_and_by_any_once_released(manager, clock):
+    manager.submit(new_request(1, clock))
+    manager.submit(new_request(2, clock))
+    handed = manager.take()
+    manager.hand_to(handed, "k1")
+    assert manager.take(timeout=0, key="k2").req_id == "2"  # k2 never sees what k1 was handed
+    assert manager.take(timeout=0, key="k2") is None
+    assert manager.counts().balanced and manager.sizes() == (1, 0)
+    assert manager.release_handed("k1") == 1
+    assert manager.take(timeout=0, key="k2") is handed
+
+
+def test_a_request_handed_to_a_key_that_never_takes_it_is_drained_at_the_stop(manager, clock):
+    manager.submit(new_request(1, clock))
+    manager.hand_to(manager.take(), "k1")
+    manager.close()
+    assert manager.drain() == 1
+    assert manager.counts().balanced and manager.graveyard.by_outcome() == {"shutdown": 1}
+
+
+def test_a_hand_over_after_the_stop_lands_in_the_dlq_for_the_drain(manager, clock):
+    manager.submit(new_request(1, clock))
+    request = manager.take()
+    manager.close()
+    manager.hand_to(request, "k1")
+    assert manager.sizes() == (0, 1) and manager.drain() == 1 and manager.counts().balanced
+
+
+def test_a_worker_waiting_for_work_wakes_for_a_request_handed_to_its_key(manager, clock):
+    manager.submit(new_request(1, clock))
+    request = manager.take()
+    taken: list[Request] = []
+    waiter = threading.Thread(target=lambda: taken.append(manager.take(timeout=5, key="k1")))
+    waiter.start()
+    manager.hand_to(request, "k1")
+    waiter.join(5)
+    assert taken == [request]

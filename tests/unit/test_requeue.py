@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from thread_client import cli
 from thread_client.io.results import Results
 from thread_client.io.resume import SendJournal
@@ -134,3 +135,44 @@ def test_a_line_never_sent_is_read_through_the_profile_s_checks_before_it_is_req
     source.write_text('{"id": "a", "params": {"nonce": 5}}\n{"id": "b", "params": {"q": 1}}\n')
     found = original_requests({"a", "b"}, tmp_path / "none.sent", source, admit=admit)
     assert set(found) == {"b"}
+
+
+@pytest.fixture
+def timed_out(tmp_path) -> Path:
+    """A run whose order t went out and got no answer (its retries spent), and whose order r was refused."""
+    path = tmp_path / "results.jsonl"
+    results, journal = Results(str(path)), SendJournal(str(path))
+    unanswered, refused = request("t", params={"qty": "1"}, ambiguous=1), request("r", params={"qty": "2"})
+    for sent in (unanswered, refused):
+        journal.sending(sent, "key-1", 100)
+    results.record(unanswered, FinalOutcome.RETRIES_EXHAUSTED)
+    results.record(refused, FinalOutcome.REJECTED)
+    results.close()
+    journal.close()
+    return path
+
+
+def test_a_dead_letter_whose_order_may_be_placed_is_refused_where_the_profile_cannot_ask(timed_out, tmp_path, capsys):
+    """Sent again blindly, an order whose attempt went unanswered may be placed twice: the reference profile has
+    no [settle], so only the refused order is requeued, and the other is named on stderr (exit 1)."""
+    out = tmp_path / "again.jsonl"
+    assert requeue(str(timed_out), "--outcome", "retries_exhausted,rejected", "--to", str(out)) == 1
+    assert [item.id for item in read_lines(out)] == ["r"]
+    err = capsys.readouterr().err
+    assert "1 dead letters not requeued ('t')" in err and "--may-double" in err and "[settle]" in err
+
+
+def test_a_dead_letter_whose_order_may_be_placed_is_requeued_to_be_asked_about_first_where_the_profile_can(
+        timed_out, tmp_path):
+    out = tmp_path / "again.jsonl"
+    assert requeue(str(timed_out), "--outcome", "retries_exhausted,rejected", "--to", str(out),
+                   "--profile", str(ROOT / "examples" / "profiles" / "reference-orders.toml")) == 0
+    lines = {item.id: item for item in read_lines(out)}
+    assert (lines["t"].resumed, lines["t"].sent_on) == (True, "key-1")  # asked about first, in key-1's account
+    assert (lines["r"].resumed, lines["r"].sent_on) == (False, "")
+
+
+def test_may_double_sends_a_dead_letter_in_doubt_again_as_it_was(timed_out, tmp_path):
+    out = tmp_path / "again.jsonl"
+    assert requeue(str(timed_out), "--outcome", "retries_exhausted", "--to", str(out), "--may-double") == 0
+    assert [(item.id, item.resumed) for item in read_lines(out)] == [("t", False)]

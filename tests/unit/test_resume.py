@@ -332,3 +332,16 @@ def test_a_record_keeps_the_answers_numbers_as_the_exchange_wrote_them(tmp_path)
     results.record(request, FinalOutcome.ACCEPTED)
     results.close()
     assert '"body": {"price": 0.00001, "qty": 1E+3, "n": 7}' in path.read_text()
+
+
+def test_a_resumed_request_knows_the_key_its_latest_send_went_on(tmp_path):
+    """Its order, if placed, is in that key's account: the one a status ask must ask."""
+    write_lines(tmp_path / "results.jsonl.sent", [
+        {"id": "x", "key": "k1", "nonce": 1}, {"id": "y", "key": "k1", "nonce": 2}, {"id": "x", "key": "k2", "nonce": 7},
+    ])
+    resume = ResumePoint(str(tmp_path / "results.jsonl"), tmp_path)
+    try:
+        assert (resume.resumed.word_of("x"), resume.resumed.word_of("y"), resume.resumed.word_of("z")) == (
+            "k2", "k1", None)
+    finally:
+        resume.close()

@@ -14,8 +14,8 @@ from fakes import Call, answer, ok, server_error
 from test_worker_paths import FIRST, Rig
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, ResetAfterSend
-from thread_client.limits.keys import RetireReason
-from thread_client.limits.limiter import PausedBy
+from thread_client.limits.keys import ApiKey, RetireReason
+from thread_client.limits.limiter import PausedBy, ThreadSafeRateLimiter
 from thread_client.policy.answers import AnswerTable
 from thread_client.policy.order_status import Finding, StatusTable
 from thread_client.profile import load_profile
@@ -141,6 +141,77 @@ def test_after_a_restart_the_earlier_runs_last_send_is_settled_by_asking_not_by_
     assert r.worker.failure is None
     assert r.transport.calls == [asked("r1", FIRST), Call(FIRST + 1, "r2")]  # never the journaled nonce again
     assert (earlier.ambiguous, earlier.failures) == (1, 0)
+    r.assert_clean()
+
+
+def another_key(account: str = "desk-a") -> ApiKey:
+    """A second key of the daemon, of ``account``: the one that placed a resumed order before the crash."""
+    return ApiKey("K2K2K2K2K2K2K2K2K2K2", ThreadSafeRateLimiter(20, name="K2K2"), account=account)
+
+
+def resumed(sent_on: ApiKey) -> Request:
+    return Request("r1", time.monotonic(), resumed=True, sent_on=sent_on.id)
+
+
+def test_an_order_resumed_after_a_crash_goes_to_the_key_that_placed_it_to_be_asked_about():
+    """This key's account cannot see desk-a's order: its ask would answer "not found" and the order would be
+    placed twice. The request goes to desk-a's key, sending nothing here."""
+    placed_by = another_key()
+    r = Rig(status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-b",
+            key_of={placed_by.id: placed_by}.get)
+    request = resumed(placed_by)
+    assert r.queues.submit(request)
+    r.handle_next()
+    assert r.transport.calls == []
+    assert r.queues.take(timeout=0, key=r.key.id) is None  # handed to desk-a's key alone
+    assert r.queues.take(timeout=0, key=placed_by.id) is request
+    assert r.queues.counts().in_flight == 1
+
+
+def test_an_order_whose_send_went_unanswered_is_sent_again_only_in_the_account_that_may_hold_it():
+    """The ask found no order, but a status index may lag the book: sent again on desk-a's key, the exchange itself
+    refuses the client id if the first copy was placed; on desk-b's, it would be a second order."""
+    placed_by = another_key()
+    r = Rig(status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-b",
+            key_of={placed_by.id: placed_by}.get)
+    request = Request("r1", time.monotonic(), sent_on=placed_by.id, placed_maybe=True, ambiguous=0)
+    assert r.queues.submit(request)
+    r.handle_next()
+    assert r.transport.calls == []
+    assert r.queues.take(timeout=0, key=placed_by.id) is request
+
+
+def test_a_send_in_doubt_marks_its_request_as_maybe_placed_in_its_key_s_account():
+    r = rig(EXECUTION_UNKNOWN, NOT_FOUND, NOT_FOUND, ok("r1"))
+    request = r.submit("r1")
+    r.handle_next()
+    assert (request.placed_maybe, request.sent_on, request.ambiguous) == (True, r.key.id, 0)  # not found: no doubt
+    r.handle_next()  # sent again on its own key
+    assert r.queues.counts().accepted == 1
+
+
+def test_an_order_resumed_after_a_crash_is_asked_about_by_any_key_of_the_account_that_placed_it():
+    placed_by = another_key(account="desk-a")
+    r = Rig(found("r1"), status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-a",
+            key_of={placed_by.id: placed_by}.get)
+    assert r.queues.submit(resumed(placed_by))
+    r.handle_next()
+    assert r.transport.calls == [asked("r1", FIRST)]
+    assert r.queues.counts().accepted == 1
+    r.assert_clean()
+
+
+@pytest.mark.parametrize("gone", ["retired", "not-driven"])
+def test_an_order_resumed_after_a_crash_whose_key_can_no_longer_ask_ends_unknown_never_sent_again(gone):
+    placed_by = another_key()
+    if gone == "retired":
+        placed_by.retire(RetireReason.INVALID_KEY)
+    r = Rig(status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-b",
+            key_of={placed_by.id: placed_by}.get if gone == "retired" else lambda key_id: None)
+    assert r.queues.submit(resumed(placed_by))
+    r.handle_next()
+    assert r.transport.calls == []
+    assert r.queues.graveyard.by_outcome() == {"unknown": 1}
     r.assert_clean()
 
 

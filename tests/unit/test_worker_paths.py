@@ -60,7 +60,8 @@ class Rig:
     Exactly-once builds the limiter as the command line does (an infinite order latency: one send in
     flight per key); at-least-once with no order latency, so a test can let another send leave at once.
     ``earlier_send``: (request, nonce) an earlier run sent last on the key, unanswered (adopted as the
-    daemon does, and settled first by the worker's thread). ``answers`` and ``status``: a profile's answer
+    daemon does, and settled first by the worker's thread). ``account`` is the key's; ``key_of`` finds the
+    daemon's other keys by id. ``answers`` and ``status``: a profile's answer
     and order-status tables (the reference's answers, no status endpoint, by default).
     """
 
@@ -70,14 +71,15 @@ class Rig:
         journal: Journal | None = None, epoch: Callable[[], object] = lambda: None,
         late_answers: LateAnswers | None = None, reserve: Reserve | None = None, connects: Iterable[Connect] = (),
         nonce_refused_again: bool = True, answers: AnswerTable | None = None, status: StatusTable | None = None,
-        on_ban: Callable[[float | None], float] = lambda retry_after: 0.0,
+        on_ban: Callable[[float | None], float] = lambda retry_after: 0.0, account: str = "",
+        key_of: Callable[[str], ApiKey | None] = lambda key_id: None,
     ) -> None:
         order_latency = math.inf if delivery.one_in_flight else 0.0
         nonces = NonceGenerator(clock=lambda: WALL, reserve=reserve)
         # Short windows and holds: a strike's hold (a window and the unanswered hold) lasts milliseconds here.
         limiter = ThreadSafeRateLimiter(20, name="UT4N", window=0.05, unanswered_hold=0.01,
                                         order_latency=order_latency, nonces=nonces)
-        self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes, epoch=epoch)
+        self.key = ApiKey(SECRET, limiter, remember_strikes=remember_strikes, epoch=epoch, account=account)
         self.queues = QueueManager(Graveyard(None), queue_size=10, ttl=60.0)  # no request expires under a slow machine
         self.transport = ScriptedTransport(steps, connects)
         self.metrics = metrics or Metrics()
@@ -92,6 +94,7 @@ class Rig:
             on_stop=lambda reason, message: self.stopped.append(reason),
             late_answers=late_answers, nonce_refused_again=nonce_refused_again, answers=answers, status=status,
             on_ban=on_ban, earlier_send=earlier_send and (self.queues.adopt(earlier_send[0]), earlier_send[1]),
+            key_of=key_of,
         )
 
     def another_worker(self, transport: ScriptedTransport) -> Worker:

@@ -7,6 +7,7 @@ import collections
 import json
 import logging
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 from ..cluster.address import store_call
@@ -14,6 +15,7 @@ from ..cluster.group_state import GroupState, entry_ms, read_group_state
 from ..cluster.keyspace import Keyspace
 from ..cluster.leases import KeyHold, key_holds
 from ..cluster.work_stream import ENTRY_FIELD, WorkStream, requeue_work
+from ..requeue import ask_first
 from ..request import FinalOutcome, Work, parse_line
 from .dead import Page, check_limit, dead_item
 from .feed import RATE_SECONDS, RECENT_ERRORS
@@ -46,10 +48,12 @@ class ClusterPanel:
     keeper applies within one round, to whichever member owns the key. Keeps no state: safe from any thread (the
     client pools its connections). StoreUnavailable when the store does not answer."""
 
-    def __init__(self, store: "redis.Redis", work: WorkStream, keyspace: Keyspace = Keyspace()) -> None:
+    def __init__(self, store: "redis.Redis", work: WorkStream, keyspace: Keyspace = Keyspace(), *,
+                 can_ask: bool = False) -> None:
         self._store = store
         self._work = work
         self._keyspace = keyspace
+        self._can_ask = can_ask  # the members' profile has a [settle]: a dead letter in doubt is asked about first
 
     def __repr__(self) -> str:
         return f"<ClusterPanel {self._work!r}>"
@@ -126,21 +130,36 @@ class ClusterPanel:
                 start = f"({batch[-1][0]}"
             return self._page(found, start[1:])  # looked as far as a page may: the next goes on from there
 
-    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
+    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome],
+                may_double: bool) -> tuple[list[str], list[str]]:
         """Append each dead letter's request (found by the work entry its dead record names) to the work stream
         once per dead record (``requeue_work``, as ``thread-client requeue --to redis://``): one requeued before
         is passed over, however long ago, and not in the ids returned (two requeues of one record at once may both
         name it: it goes in once). An id not among the newest ``REQUEUE_SCAN`` dead entries, whose dead record
-        names no work entry (not ``requeuable``), or whose entry is gone, is left out."""
+        names no work entry (not ``requeuable``), or whose entry is gone, is left out. One whose order may be at the
+        exchange is asked about first by the member that takes it, or refused (``ask_first``)."""
         wanted = {outcome.value for outcome in chosen}
         with store_call():
             letters = self._requests(self._latest_dead(wanted, None if ids is None else set(ids)))
-            done = self._requeued(record for _, record in letters)
-            fresh = [letter for letter, requeued in zip(letters, done) if not requeued]
+            records = {item.id: record for item, record in letters}
+            works, refused = ask_first(self._with_senders(letters), records, can_ask=self._can_ask,
+                                       may_double=may_double)
+            kept = [(item, records[item.id]) for item in works]
+            done = self._requeued(record for _, record in kept)
+            fresh = [letter for letter, requeued in zip(kept, done) if not requeued]
             requeue_work(self._store, self._work, fresh)
         if fresh:
             log.info("%d dead letters requeued into %s from the cluster console", len(fresh), self._work.stream)
-        return [item.id for item, _ in fresh]
+        return [item.id for item, _ in fresh], refused
+
+    def _with_senders(self, letters: list[tuple[Work, dict]]) -> list[Work]:
+        """Each letter's request with the id of the key its dead record names (its last send's), where one
+        registered key alone shows that name: the account a status ask must ask. Called inside ``store_call``."""
+        ids_by_name: dict[str, list[str]] = {}
+        for key_id, name in self._store.hgetall(self._keyspace.key_names).items():
+            ids_by_name.setdefault(name, []).append(key_id)
+        senders = {name: ids[0] for name, ids in ids_by_name.items() if len(ids) == 1}
+        return [replace(item, sent_on=senders.get(str(record.get("key")), "")) for item, record in letters]
 
     def _page(self, found: list[tuple[str, dict, bool]], after: str | None) -> Page:
         """The page of the dead records ``found``, each ``under_way`` once it was requeued and ``requeuable``

@@ -13,14 +13,14 @@ from typing import Callable
 
 from ..io.jsonlines import objects_in
 from ..request import FinalOutcome, InvalidInput, Work
-from ..requeue import DEAD, REQUEUABLE, keep_last, original_requests
+from ..requeue import DEAD, REQUEUABLE, in_doubt, keep_last, original_requests
 
 __all__ = ["DeadLetters", "Page", "MAX_LIMIT", "DEFAULT_LIMIT", "check_limit", "dead_item"]
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 #: What the index keeps of a dead letter's record: what a page shows, and its cursor.
-_SHOWN = ("id", "outcome", "reason", "finished", "key", "requeue")
+_SHOWN = ("id", "outcome", "reason", "finished", "key", "requeue", "ambiguous_attempts", "resumed_after_crash")
 _DEAD = {outcome.value for outcome in DEAD}
 
 
@@ -120,7 +120,8 @@ def check_limit(limit: int) -> None:
 def dead_item(record: dict) -> dict:
     """A dead record as the API shows it (the file's, the dead stream's)."""
     return {"id": record["id"], "outcome": record.get("outcome"), "detail": record.get("reason", ""),
-            "at": record.get("finished"), "key": record.get("key"), "requeue": record.get("requeue", 0)}
+            "at": record.get("finished"), "key": record.get("key"), "requeue": record.get("requeue", 0),
+            "in_doubt": in_doubt(record)}
 
 
 def _encode(record: dict) -> str:

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 from ..config import Config
 from ..limits.keys import ApiKey
 from ..observe.status import DaemonStatus, KeyStatus
+from ..requeue import ask_first
 from ..request import FinalOutcome, Work
 from ..stop_latch import StopLatch
 from .dead import DeadLetters, Page
@@ -48,6 +49,10 @@ class Controlled(Protocol):
     def unpark_key(self, key: ApiKey) -> None: ...
 
     def requeue(self, works: Sequence[Work], dead: Mapping[str, dict]) -> list[str]: ...
+
+    @property
+    def can_ask(self) -> bool:
+        """Whether a send in doubt is settled by asking the exchange (the profile's [settle])."""
 
     def mark_under_way(self, items: Sequence[dict]) -> list[dict]: ...
 
@@ -142,9 +147,11 @@ class DaemonPanel:
         page = self._letters().page(chosen, limit, after)
         return Page(self._daemon.mark_under_way(page.items), page.next)
 
-    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
+    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome],
+                may_double: bool) -> tuple[list[str], list[str]]:
         works, dead = self._letters().requests(ids, chosen)
-        return self._daemon.requeue(works, dead)
+        works, refused = ask_first(works, dead, can_ask=self._daemon.can_ask, may_double=may_double)
+        return self._daemon.requeue(works, dead), refused
 
     def _key(self, short_id: str) -> ApiKey | None:
         return next((key for key in self._daemon.keys if key.id[:SHORT_ID] == short_id), None) \

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import KeyCommandRefused, RequeueRefused, StoreUnavailable
 from ..request import FinalOutcome
-from ..requeue import DOUBLE_RISK, REQUEUABLE, double_risk, outcomes
+from ..requeue import DOUBLE_RISK, NO_WAY_TO_ASK, REQUEUABLE, double_risk, outcomes
 from .dead import DEFAULT_LIMIT, Page
 
 __all__ = ["NoResults", "Panel", "Reply", "Router", "STATIC", "Unsupported"]
@@ -65,9 +65,11 @@ class Panel(Protocol):
     def dead(self, chosen: frozenset[FinalOutcome], limit: int, after: str | None) -> Page:
         """A page of dead letters (NoResults: no results file; ValueError: a bad cursor or limit)."""
 
-    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome]) -> list[str]:
-        """Send again the dead letters named (``ids``, else every one of ``chosen``); the ids sent (NoResults;
-        RequeueRefused: the main queue is full)."""
+    def requeue(self, ids: list[str] | None, chosen: frozenset[FinalOutcome],
+                may_double: bool) -> tuple[list[str], list[str]]:
+        """Send again the dead letters named (``ids``, else every one of ``chosen``), those whose order may be at
+        the exchange asked about first, or refused where the daemon cannot ask, unless ``may_double`` (``ask_first``);
+        the ids sent and those refused (NoResults; RequeueRefused: the main queue is full)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,12 +212,14 @@ class Router:
         if (risk := double_risk(chosen)) is not None and not may_double:
             raise _Refused(400, f'{risk}: add "may_double": true to take that risk')
         try:
-            sent = self._panel.requeue(ids, chosen)
+            sent, refused = self._panel.requeue(ids, chosen, may_double)
         except NoResults as exc:
             raise _Refused(404, str(exc)) from None
         except RequeueRefused as exc:  # the handler never waits for room: the operator asks again
             return Reply.json({"error": str(exc), "requeued": len(exc.queued), "ids": exc.queued}, 503)
-        return Reply.json({"requeued": len(sent), "ids": sent})
+        return Reply.json({"requeued": len(sent), "ids": sent,
+                           **({"refused": refused, "refused_because": f'{NO_WAY_TO_ASK}: add "may_double": true to '
+                                                                     "send them again anyway"} if refused else {})})
 
     def _drain(self, body: bytes) -> Reply:
         self._panel.drain()

@@ -73,7 +73,7 @@ class Producer(ManagedThread):
             self._queues.reject(Request(item.id, self._clock(), receipt=item.receipt), FinalOutcome.UNKNOWN,
                                 item.reason)
         else:
-            return self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed, receipt=item.receipt,
-                                               where=item.where, method=item.method, path=item.path,
-                                               weight=item.weight))
+            return self._queues.submit(Request(item.id, self._clock(), item.params, item.resumed, item.sent_on,
+                                               receipt=item.receipt, where=item.where, method=item.method,
+                                               path=item.path, weight=item.weight))
         return True

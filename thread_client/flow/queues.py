@@ -151,12 +151,12 @@ class QueueManager:
 
     # -- workers -------------------------------------------------------------
 
-    def take(self, timeout: float | None = None) -> Request | None:
-        """The next request (retries first), now in flight with a fresh time-to-live for its wait
-        for a rate-limit slot; None if none came within ``timeout`` (None: wait for one). Raises
-        QueueClosed once the queues are closed."""
+    def take(self, timeout: float | None = None, key: str | None = None) -> Request | None:
+        """The next request (those handed to ``key``, a key's id, first; then retries), now in flight with a
+        fresh time-to-live for its wait for a rate-limit slot; None if none came within ``timeout`` (None: wait
+        for one). Raises QueueClosed once the queues are closed."""
         try:
-            request = self._main.get(timeout=timeout)[2]
+            request = self._main.get(timeout=timeout, lane=key)[2]
         except queue.Empty:
             return None
         request.renew(self._clock(), self.ttl)
@@ -194,6 +194,23 @@ class QueueManager:
         self._dlq.put_at(request, self._clock() + after)
         with self._lock:
             self._in_flight -= 1
+
+    def hand_to(self, request: Request, key: str) -> None:
+        """An in-flight request only the key whose id is ``key`` may take on (it asks the exchange about the
+        order that key sent before a crash): the next one that key's workers take. Once the queues are closed it
+        goes to the DLQ, for the shutdown drain."""
+        try:
+            self._main.put_for(key, (_RETRY_LANE, next(self._order), request))
+        except QueueClosed:
+            self.hand_back(request)
+            return
+        with self._lock:
+            self._in_flight -= 1
+
+    def release_handed(self, key: str) -> int:
+        """The key whose id is ``key`` takes no more work (retired): what was handed to it goes back to every
+        key's workers; how many requests."""
+        return self._main.release(key)
 
     def let_go(self, request: Request) -> None:
         """An in-flight request, never sent, is no longer this daemon's: another member took its work

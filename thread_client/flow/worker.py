@@ -44,6 +44,10 @@ _EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exch
 _BUGS_BEFORE_GIVING_UP = 3
 
 
+def _retired_for_good(key: ApiKey) -> bool:
+    return key.retired_because is not None and key.retired_because.final
+
+
 def _retry_after(reading: Reading, answer: Answer) -> float | None:
     """When to try again: the time the answer's rule read (a body field), else the answer's Retry-After."""
     return answer.retry_after if reading.retry_after is None else reading.retry_after
@@ -81,6 +85,7 @@ class Worker(ManagedThread):
         answers: AnswerTable | None = None,
         status: StatusTable | None = None,
         earlier_send: tuple[Request, int] | None = None,
+        key_of: Callable[[str], ApiKey | None] = lambda key_id: None,
         clock: Clock = monotonic,
         lease_poll: float = 0.25,
         nonce_refused_again: bool = True,
@@ -117,6 +122,7 @@ class Worker(ManagedThread):
         self._status_costs = key.limiter.costs_of(status.endpoint, 1) if status is not None else None
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
         self._earlier_send = earlier_send
+        self._key_of = key_of  # the daemon's keys by id: the one a resumed request's order was sent on
         self._clock = clock
         self._lease_poll = lease_poll
         # The request taken and not yet routed (touched only by this thread), handed back if it dies.
@@ -207,13 +213,15 @@ class Worker(ManagedThread):
                 elif not self._outage.may_take(self.key.name):  # closed: the daemon stops
                     return None
                 elif self.key.limiter.wait_ready():
-                    return self._queues.take()
+                    return self._queues.take(key=self.key.id)
         except (LimiterClosed, QueueClosed):
             pass
         return None
 
     def _handle(self, request: Request) -> None:
         self._costs = self._costs_of(request)
+        if request.sent_on and (request.resumed or request.placed_maybe) and not self._sends_here(request):
+            return
         if request.resumed and not request.attempts and self._status is not None and not self._not_placed(request):
             return
         if not self._connect(request):
@@ -236,6 +244,8 @@ class Worker(ManagedThread):
             self._queues.let_go(request)
             self._holding = None
             return
+        if reading.outcome.ambiguous or reading.outcome is Outcome.DUPLICATE:
+            request.placed_maybe = True  # its order may be in this key's account: asked and sent again only there
         refused = not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED
         if refused:
             self._in_doubt = None  # whatever raises from here on, the send was surely not accepted
@@ -463,6 +473,33 @@ class Worker(ManagedThread):
             return Reading(reading.outcome, f"{reading.detail}; not found at the exchange by client id {client_id}"
                                             .lstrip("; "))
         return Reading(Outcome.UNKNOWN, f"{words} before client id {client_id} was settled")
+
+    def _sends_here(self, request: Request) -> bool:
+        """A request whose order may be at the exchange already (resumed after a crash, or an attempt went
+        unanswered) is asked about, and sent again, only in the account of the key its latest send went on
+        (``sent_on``): an exchange finds an order, and refuses its client id again, only in the account that
+        placed it; another account's ask answers "not found", and its send places a second order. True if this
+        key may (that key, or a key of its account); else the request went to that key. Where that key sends no
+        more (retired, or not among this run's keys), a resumed request not yet asked about ends ``unknown`` (no
+        key here can ask its account), and any other goes out here: its earlier copies were asked about."""
+        sender = self._key_of(request.sent_on)
+        if request.sent_on == self.key.id or (
+                sender is not None and sender.account and sender.account == self.key.account):
+            return True
+        if sender is not None and not _retired_for_good(sender):
+            self._queues.hand_to(request, sender.id)
+            self._holding = None
+            if _retired_for_good(sender):  # retired meanwhile, after it gave back what it was handed
+                self._queues.release_handed(sender.id)
+            return False
+        if not (request.resumed and not request.attempts and self._status is not None):
+            return True
+        why = "is retired" if sender is not None else "is not among this run's keys"
+        self._conclude(request, Reading(Outcome.UNKNOWN, f"its order was sent on key {request.sent_on} before "
+                                                          f"the restart, which {why}: no key here can ask its "
+                                                          "account, and sent again it may be placed twice"),
+                       None, self._clock())
+        return False
 
     def _not_placed(self, request: Request) -> bool:
         """At-least-once after a crash: ``request`` was sent by the earlier run, and its answer was lost with it.
@@ -692,6 +729,7 @@ class Worker(ManagedThread):
             raise KeyNotHeld(self.key.name)
         if self._settles and not permit.resend:  # only a settle reads it: nothing more on the at-least-once path
             self._doubt_epoch = self.key.epoch()
+        request.sent_on = self.key.id  # where its order is, if this send placed it
         doubt, self._in_doubt = self._in_doubt, permit
         try:
             answer = self._transport.send(permit.nonce, request.req_id, request.params, request.method, request.path,

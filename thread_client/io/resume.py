@@ -77,8 +77,8 @@ class EarlierSend:
             return None
 
     def work(self) -> Work:
-        """The request as it was sent, to send again."""
-        return Work(self.id, self.params, method=self.method, path=self.path, weight=self.weight)
+        """The request as it was sent, to send again, with the key it went on."""
+        return Work(self.id, self.params, method=self.method, path=self.path, weight=self.weight, sent_on=self.key)
 
 
 class ResumePoint:
@@ -89,7 +89,8 @@ class ResumePoint:
       and a digest of its bytes (a line that is no request has no id to know it by; another input
       written to the same results file may hold another line there): ``recorded_invalid``;
     * ``resumed``: ids sent without a final record, whose last send was answered before the key's
-      next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``;
+      next send (so not accepted in exactly-once): sent again, marked ``resumed_after_crash``, each with
+      the id of the key its latest send went on (``SeenIds.word_of``): whose account a status ask must ask;
     * ``unsettled``: per key id, the send its last journal line names, if that request has no final
       record, that send is its latest and no answer to it was written down: in exactly-once it may
       have been accepted unanswered, and is settled with its own nonce before the key sends anything
@@ -134,7 +135,7 @@ class ResumePoint:
                     last_on_key[send.key] = (last[0], True)
                 continue
             if send.id not in self.skip:
-                self.resumed.add(send.id)
+                self.resumed.note(send.id, send.key)  # the key its latest send went on: the one to ask with
             earlier_key = key_of_last.pop(send.id, None)
             if earlier_key is not None and earlier_key != send.key:  # it moved on: its send there was answered
                 last_on_key[earlier_key] = (last_on_key[earlier_key][0], True)

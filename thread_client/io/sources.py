@@ -142,8 +142,8 @@ class JsonLinesSource:
         if resume is not None:
             if item.id in resume.skip:
                 return None  # it has its final record from an earlier run, or is being settled now
-            if item.id in resume.resumed:
-                item = replace(item, resumed=True)
+            if (sent_on := resume.resumed.word_of(item.id)) is not None:
+                item = replace(item, resumed=True, sent_on=sent_on)
         try:
             fresh = seen.add(item.id)
             repeated = fresh and self._client_ids is not None and not self._client_ids.add(item.params[self._client_id])

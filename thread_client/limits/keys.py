@@ -245,6 +245,7 @@ class BaseKeyPool:
         self._keys = tuple(keys)
         if not self._keys:
             raise ValueError("a key pool needs at least one key")
+        self._by_id = {key.id: key for key in self._keys}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} active={len(self) - len(self.retired())}/{len(self)}>"
@@ -254,6 +255,10 @@ class BaseKeyPool:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def by_id(self, key_id: str) -> ApiKey | None:
+        """The key whose id is ``key_id``; None if this pool has none (a key an earlier run drove)."""
+        return self._by_id.get(key_id)
 
     def retired(self) -> dict[str, RetireReason]:
         """Masked name -> reason, for every retired (or parked) key."""

@@ -365,6 +365,7 @@ class ThreadSafeRateLimiter:
                 stamped_by = self._clock() + self._unanswered_hold
                 self._unanswered_until = max(self._unanswered_until, stamped_by)
                 self._settle(permit, stamped_by)
+                self._no_answer_coming(permit, stamped_by)
             else:
                 self._settle(permit, answered_at)
                 if permit.sequence == self._sequence:
@@ -387,9 +388,20 @@ class ThreadSafeRateLimiter:
             return
         with self._changed:
             self._told_sent(permit)
-            self._settle(permit, self._clock())
+            now = self._clock()
+            self._settle(permit, now)
+            self._no_answer_coming(permit, now)
             self._changed.notify_all()
         self._wake_sharers()
+
+    def _no_answer_coming(self, permit: Permit, stamped_by: float) -> None:
+        """``permit``'s send gets no answer, and is stamped by ``stamped_by`` if ever: past that, a later nonce can
+        no longer overtake it, so the order gate waits for it no longer (else a key whose order rule still waits for
+        every answer would never send again). Not with one send in flight (exactly-once): that gate is the settle's
+        to open, since a 400 to the same nonce proves the first copy accepted only while no later nonce followed.
+        Called with the lock held."""
+        if permit.sequence == self._sequence and math.isfinite(self._order_latency):
+            self._order_open_at = min(self._order_open_at, stamped_by)
 
     def _told_sent(self, permit: Permit) -> None:
         """Tell the order rule that ``permit``'s first send left. Called with the lock held."""

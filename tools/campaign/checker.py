@@ -11,11 +11,13 @@ import json
 import signal
 import subprocess
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
 from typing import TYPE_CHECKING, Callable
 
 from thread_client import defaults
 from thread_client.config import DEFAULT_KEYS
 from thread_client.limits.keys import mask
+from thread_client.request import Work, parse_line, read_json
 
 from .runs import DaemonRun, Record
 
@@ -28,6 +30,8 @@ __all__ = ["History", "Violation", "check", "check_bad_command_line", "collect"]
 
 #: Outcomes a record ends with that say the exchange did not take the request.
 REFUSED = frozenset({"rejected", "retries_exhausted", "invalid_input", "key_blocked", "shutdown"})
+#: Of those, the ones that may still end a request whose fate is in doubt (an attempt went unanswered).
+IN_DOUBT_OUTCOMES = frozenset({"retries_exhausted", "shutdown"})
 #: Exit codes ``--help`` documents; a run the nemesis did not kill ends with one of them.
 DOCUMENTED_EXITS = frozenset({0, 1, 2, 3, 4})
 #: A run stopped this soon after its start may not have set up its signal handlers yet: it dies of the signal.
@@ -47,6 +51,16 @@ STAMPS_LATE = frozenset({"exchange-freeze", "exchange-restart", "exchange-503-bu
                          "proxy-cut", "proxy-half-close", "daemon-pause"})
 #: Faults that keep a member from reading a group's pause (it sends on until its lease runs out, by its own clock).
 STORE_FAULTS = frozenset({"store-restart", "store-client-kill", "store-cut-member", "store-out-of-memory"})
+#: Ledger verdicts of a placement whose answer told the client nothing it could trust: none came, it came after the
+#: client's timeout, or it said "execution status unknown" (an order the engine placed later has no answer at all).
+UNANSWERED_PLACEMENTS = frozenset({"lost_answer", "accepted_late", "execution_unknown", "placed_late"})
+#: Faults that may keep an answer the exchange sent from reaching the client: the link cut or slowed past the
+#: client's timeout, the exchange frozen or restarted under it, the daemon killed or stopped before it read it.
+ANSWERS_LOST = frozenset({"proxy-cut", "proxy-half-close", "proxy-delay", "exchange-freeze", "exchange-restart",
+                          "daemon-kill", "daemon-pause"})
+#: The profiles whose requests the daemon can ask the exchange about ([settle]): an order of theirs is never placed
+#: twice, in either delivery mode.
+CAN_ASK = frozenset({"reference-orders"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,7 @@ class History:
     ledger: list[dict] = field(default_factory=list)
     timeline: list["Fault"] = field(default_factory=list)
     pauses: list["Pause"] = field(default_factory=list)
+    torn_ledger: list[int] = field(default_factory=list)  # the numbers of the ledger's lines that are not JSON
 
 
 def collect(system: "System", healed: bool, nemesis_errors: list[str], timeline: list["Fault"] = (),
@@ -78,11 +93,11 @@ def collect(system: "System", healed: bool, nemesis_errors: list[str], timeline:
     history = History(system, healed, nemesis_errors, timeline=list(timeline), pauses=list(pauses))
     history.records, history.torn_records = system.outputs.records()
     if system.ledger_file.exists():
-        for raw in system.ledger_file.read_text(errors="replace").splitlines():
+        for number, raw in enumerate(system.ledger_file.read_text(errors="replace").splitlines(), 1):
             try:
                 history.ledger.append(json.loads(raw))
             except ValueError:
-                continue
+                history.torn_ledger.append(number)
     return history
 
 
@@ -96,6 +111,7 @@ def check(history: History) -> list[Violation]:
     violations += _check_runs(history)
     violations += _check_ledger(history)
     violations += _check_pauses(history)
+    violations += _check_sent_as_written(history)
     if history.system.setting.source != "generate":
         violations += _check_records(history)
     return violations
@@ -155,6 +171,9 @@ def _line_name(system: "System") -> Callable[[int], str]:
 def _check_ledger(history: History) -> list[Violation]:
     setting = history.system.setting
     violations = []
+    if history.torn_ledger:  # the exchange writes whole lines: one that does not parse is no history to judge by
+        violations.append(Violation("ledger_unreadable", f"{len(history.torn_ledger)} lines of the exchange's ledger "
+                                    "are not JSON", tuple(f"line {number}" for number in history.torn_ledger)))
     strikes = [entry for entry in history.ledger if entry.get("verdict") == "rate_limited"]
     blocked = [entry for entry in history.ledger if entry.get("verdict") == "blocked"]
     if strikes:
@@ -171,34 +190,68 @@ def _check_ledger(history: History) -> list[Violation]:
     if reused:
         violations.append(Violation("nonce_reused", f"{len(reused)} nonces sent on one key for more than one request",
                                     tuple(reused)))
-    accepted = [entry for entry in history.ledger if entry.get("accept") is not None]
+    violations += _check_placements(history)
+    return violations
+
+
+def _placements(ledger: list[dict]) -> dict[str, list[dict]]:
+    """The ledger's placements of each client id (any account's: one order placed in two accounts is placed twice),
+    in the order the exchange wrote them; status asks and refusals place nothing."""
+    placed: dict[str, list[dict]] = collections.defaultdict(list)
+    for entry in ledger:
+        if entry.get("accept") is not None:
+            placed[str(entry.get("client_id") or entry.get("id"))].append(entry)
+    return placed
+
+
+def _check_placements(history: History) -> list[Violation]:
+    """Every final record against what the exchange placed, counted from its ledger alone. No order is placed twice
+    where the daemon can ask ([settle]) or under exactly-once; under at-least-once with no way to ask, a second
+    placement is allowed only where no answer to each earlier one can have reached the client (the ledger's verdict,
+    or a fault that cut answers then). A record's marks excuse nothing: an outcome saying the request was not taken
+    stands only where nothing was placed, or where it says its fate was in doubt and no answer reached the client."""
+    setting = history.system.setting
     if setting.source == "generate":
-        return violations
-    times = collections.Counter(str(entry.get("id")) for entry in accepted)
+        return []
+    violations = []
+    placed = _placements(history.ledger)
     records = _final_records_by_id(history)
-    if setting.delivery == "exactly-once":
-        twice = [line_id for line_id, count in times.items() if count > 1]
+    twice = {client_id: entries for client_id, entries in placed.items() if len(entries) > 1}
+    if setting.delivery == "exactly-once" or setting.profile in CAN_ASK:
         if twice:
-            violations.append(Violation("accepted_twice", f"exactly-once: {len(twice)} ids accepted more than once "
-                                        "at the exchange", tuple(twice)))
+            why = "exactly-once" if setting.delivery == "exactly-once" else f"the {setting.profile} profile can ask"
+            violations.append(Violation("placed_twice", f"{why}: {len(twice)} orders placed more than once at the "
+                                        "exchange", tuple(twice)))
     else:
         unknowable = _sent_by_killed_runs_without_a_journal(history)
-        unmarked = [line_id for line_id, count in times.items()
-                    if count > 1 and not _marked(records.get(line_id)) and line_id not in unknowable]
-        if unmarked:
-            violations.append(Violation("double_accept_unmarked", f"{len(unmarked)} ids accepted more than once with "
-                                        "no record saying it may have been", tuple(unmarked)))
-    denied = [line_id for line_id, record in records.items() if record["outcome"] == "accepted" and not times[line_id]]
+        answered = [client_id for client_id, entries in twice.items() if client_id not in unknowable
+                    and not all(_no_answer_reached(history, entry) for entry in entries[:-1])]
+        if answered:
+            violations.append(Violation("placed_again_after_an_answer", f"{len(answered)} orders placed again although "
+                                        "the client was answered for an earlier copy", tuple(answered)))
+    denied = [line_id for line_id, record in records.items() if record["outcome"] == "accepted" and not placed[line_id]]
     if denied:
         violations.append(Violation("accepted_not_at_exchange", f"{len(denied)} records say accepted, the exchange "
-                                    "never accepted them", tuple(denied)))
-    refused = [line_id for line_id, record in records.items()
-               if record["outcome"] in REFUSED and times[line_id]
-               and (setting.delivery == "exactly-once" or not _marked(record))]
+                                    "never placed them", tuple(denied)))
+    refused = [line_id for line_id, record in records.items() if record["outcome"] in REFUSED and placed[line_id]
+               and not (record["outcome"] in IN_DOUBT_OUTCOMES and _marked(record)
+                        and all(_no_answer_reached(history, entry) for entry in placed[line_id]))]
     if refused:
-        violations.append(Violation("refused_but_accepted", f"{len(refused)} records say the request was not taken; "
-                                    "the exchange accepted it", tuple(refused)))
+        violations.append(Violation("refused_but_placed", f"{len(refused)} records say the request was not taken; "
+                                    "the exchange placed it", tuple(refused)))
     return violations
+
+
+def _no_answer_reached(history: History, entry: dict) -> bool:
+    """Whether the client can have had no answer to the placement ``entry``: the exchange wrote none it could trust
+    (``UNANSWERED_PLACEMENTS``), or a fault that may lose answers was on when it decided (its clock, in ms)."""
+    if entry.get("verdict") in UNANSWERED_PLACEMENTS:
+        return True
+    decided = (entry.get("decided_ms") or entry.get("stamp_ms") or 0) / 1000
+    started = history.system.wall_started
+    slack = history.system.setting.max_latency_ms / 1000 + defaults.HTTP_TIMEOUT
+    return any(started + fault.at - slack <= decided <= started + fault.at + fault.length + slack
+               for fault in history.timeline if fault.kind in ANSWERS_LOST)
 
 
 def _check_pauses(history: History) -> list[Violation]:
@@ -218,6 +271,7 @@ def _check_pauses(history: History) -> list[Violation]:
     late = [(system.wall_started + fault.at - 1, system.wall_started + fault.at + fault.length + 1)
             for fault in history.timeline if fault.kind in unjudged]
     violations = []
+    asks = [entry for entry in history.ledger if entry.get("kind") == "status"]  # settling goes on in a pause
     for pause in history.pauses:
         if pause.target is None or pause.paused_at is None or pause.resumed_at is None:
             continue
@@ -230,7 +284,7 @@ def _check_pauses(history: History) -> list[Violation]:
             continue
         if any(from_ <= end and start <= to for from_, to in late):
             continue
-        sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None
+        sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None and entry not in asks
                 and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys
                 and first_stamp.get((str(entry.get("key")), str(entry.get("nonce")))) == entry["stamp_ms"]]
         if sent:
@@ -238,6 +292,38 @@ def _check_pauses(history: History) -> list[Violation]:
                                         f"while {whose} had it paused ({pause.command.to_json()})",
                                         tuple(str(entry.get("id")) for entry in sent)))
     return violations
+
+
+def _check_sent_as_written(history: History) -> list[Violation]:
+    """What reached the exchange for each input line carries every one of its params as the line wrote it (a
+    number with each of its digits), read from the query and the body the exchange received."""
+    system = history.system
+    if system.setting.source == "generate":
+        return []
+    wrote: dict[str, dict] = {}
+    for raw in system.lines:
+        item = parse_line(raw, "")
+        if isinstance(item, Work):
+            wrote[item.id] = item.params
+    changed = sorted({str(entry.get("id")) for entry in history.ledger if entry.get("kind") == "order"
+                      and entry.get("id") in wrote and not _carries(entry, wrote[entry["id"]])})
+    return [Violation("sent_not_as_written", f"{len(changed)} requests reached the exchange with params other than "
+                      "their input line's", tuple(changed))] if changed else []
+
+
+def _carries(entry: dict, params: dict) -> bool:
+    """Whether the request the exchange logged as ``entry`` holds each of ``params`` as written."""
+    received = {name: values[0] for name, values in parse_qs(entry.get("query") or "", keep_blank_values=True).items()}
+    body = entry.get("body") or ""
+    try:
+        fields = read_json(body) if body.lstrip().startswith("{") else None
+    except ValueError:
+        fields = None
+    if isinstance(fields, dict):
+        received.update(fields)
+    else:
+        received.update((name, values[0]) for name, values in parse_qs(body, keep_blank_values=True).items())
+    return all(not isinstance(value, str) or received.get(name) == value for name, value in params.items())
 
 
 def _sent_by_killed_runs_without_a_journal(history: History) -> set[str]:

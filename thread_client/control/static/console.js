@@ -413,6 +413,10 @@
 
   // ---- the operator's actions ----------------------------------------------------------------------------------
 
+  // The dead letters a requeue refused (their order may be at the exchange, and the daemon cannot ask), and why.
+  const notRequeued = (result) => result.refused
+    ? ` Not requeued: ${result.refused.join(", ")} (${result.refused_because}).` : "";
+
   const ACTIONS = {
     "pause": (target) => command(`api/v1/keys/${encodeURIComponent(target.dataset.keyId)}/pause`, null,
       (result) => `Key ${result.key}: ${result.state}.`),
@@ -440,7 +444,7 @@
       const risky = DOUBLE_RISK.has(target.dataset.outcome);
       if (risky && !confirmDoubleRisk(target.dataset.outcome)) return;
       command("api/v1/dead/requeue", {ids: [target.dataset.deadId], may_double: risky},
-        (result) => `Requeued ${result.requeued}: ${result.ids.join(", ")}.`);
+        (result) => `Requeued ${result.requeued}: ${result.ids.join(", ")}.${notRequeued(result)}`);
     },
     // No outcome chosen ("") asks for every one requeued by default (never unknown nor duplicate).
     "requeue-filtered": () => {
@@ -448,7 +452,7 @@
       const risky = DOUBLE_RISK.has(outcome);
       if (risky && !confirmDoubleRisk(outcome)) return;
       command("api/v1/dead/requeue", {outcome, may_double: risky},
-        (result) => `Requeued ${result.requeued} dead letters.`);
+        (result) => `Requeued ${result.requeued} dead letters.${notRequeued(result)}`);
     },
     "dead-next": () => {
       dead.cursors.push(dead.next);
