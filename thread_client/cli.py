@@ -137,8 +137,8 @@ def _parser() -> argparse.ArgumentParser:
         help="per-key state kept across runs: host locks and nonce marks (default $XDG_STATE_HOME/thread_client "
         "or ~/.local/state/thread_client)")
     add("--outage-after", type=bounded(float, 0.1, 3600, "s"), default=defaults.OUTAGE_AFTER, metavar="SECONDS",
-        help="no answer from the exchange for this long is an outage: take no work, probe once per key, "
-        "resume on the first answer (default %(default)s)")
+        help="attempts failing this long with no answer from the exchange are an outage: take no work, probe once "
+        "per key, resume on the first answer (default %(default)s)")
     add("--queue-size", type=bounded(int, 1, 1_000_000), default=defaults.QUEUE_SIZE,
         help="main queue bound: the producer waits when it is full (default %(default)s)")
     add("--threads-per-key", type=bounded(int, 1, 64),

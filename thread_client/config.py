@@ -41,6 +41,7 @@ DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: What ``http.client`` refuses in a host or a path: a space, a control character.
 _NOT_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
+_USER_INFO = re.compile(r"//.*@", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -152,24 +153,26 @@ class Config:
 
     def _check_url(self) -> None:
         """``http[s]://HOST[:PORT][/PATH]`` and nothing else: a URL the HTTP client would refuse (a space,
-        a control character) or that carries what it would drop (user info, a query) fails here."""
+        a control character) or that carries what it would drop (user info, a query) fails here; its error shows
+        no user info (it may hold a password)."""
+        shown = _without_user_info(self.url)
         try:
             url = urlsplit(self.url)
         except ValueError as exc:  # an unclosed [ or a bracketed host that is no IP address
-            raise ConfigError(f"--url {self.url!r} is no URL: {exc}") from exc
+            raise ConfigError(f"--url {shown!r} is no URL: {exc}") from exc
         try:
             port = url.port
         except ValueError as exc:
-            raise ConfigError(f"--url {self.url!r} has an invalid port") from exc
+            raise ConfigError(f"--url {shown!r} has an invalid port") from exc
         if (url.scheme not in ("http", "https") or not url.hostname or "@" in url.netloc or url.query or url.fragment
                 or _NOT_IN_URLS.search(self.url)):
-            raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {self.url!r}")
+            raise ConfigError(f"--url must look like http[s]://HOST[:PORT][/PATH], got {shown!r}")
         if port == 0:
-            raise ConfigError(f"--url {self.url!r} has an invalid port")
+            raise ConfigError(f"--url {shown!r} has an invalid port")
         try:  # what the connection does with the name: an empty or over-long label fails there, on every send
             url.hostname.encode("idna")
         except UnicodeError as exc:
-            raise ConfigError(f"--url {self.url!r} has an invalid host name ({exc})") from exc
+            raise ConfigError(f"--url {shown!r} has an invalid host name ({exc})") from exc
 
     def _check_profile(self) -> None:
         """What the profile asks of the keys and the delivery promise."""
@@ -284,6 +287,12 @@ class Config:
             address = replace(address, options={**address.options,
                                                  "results": results.option("stream", flag="--results")})
         return WorkStream(address)
+
+
+def _without_user_info(url: str) -> str:
+    """``url`` with everything between its ``//`` and its last ``@`` (user info: a password, maybe) as ``***``,
+    parsed or not: what an error about it may show."""
+    return _USER_INFO.sub("//***@", url)
 
 
 def _field_of(extra: str) -> str:

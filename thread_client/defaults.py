@@ -27,6 +27,10 @@ THREADS_PER_KEY = 6
 TTL = 1.0
 #: HTTP timeout of each attempt (the exercise's).
 HTTP_TIMEOUT = 1.0
+#: The longest an exchange may take to place an order it answered in doubt, or to show a placed one to its status
+#: endpoint (``[settle] lag_ms``): a "not found" is trusted only once this has passed since the send ended. No
+#: exchange documents a bound (Binance: -1007 "execution status unknown"): ten seconds, unless a profile knows.
+SETTLE_LAG_MS = 10_000
 #: A request with no answer in time holds its rate-limit slot until the server shows it has read it (a byte of
 #: the late answer, or the connection's end), or this long: a server frozen longer (stopped, swapped out) is
 #: taken to have lost what it held. Longer than any freeze the chaos runs play (40 s).
@@ -42,7 +46,7 @@ MAX_STRIKES = 3
 SERVER_MAX_429 = 10
 #: Main queue bound: about half a second of work at full speed, so a stop leaves little behind.
 QUEUE_SIZE = 50
-#: No answer from the exchange for this long is an outage: no work taken, probes only.
+#: Attempts failing this long with no answer from the exchange are an outage: no work taken, probes only.
 OUTAGE_AFTER = 5.0
 #: A shared key's lease lasts this long unrenewed (renewed every third of it).
 LEASE_TTL = 3.0

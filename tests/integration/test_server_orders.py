@@ -137,3 +137,22 @@ def test_an_order_the_engine_places_late_meets_its_client_id_placed_meanwhile_an
     lines = ledger_of(ledger)
     assert sorted(line["verdict"] for line in lines if line["kind"] == "placement") == ["late_duplicate", "placed_late"]
     assert placements(lines, "o1") == 1
+
+
+def test_an_order_the_engine_had_yet_to_place_is_placed_after_a_restart_of_the_server(start_server, tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "0", "--order-status", "--execution-unknown-rate", "1",
+                          "--placed-late-ms", "500", "--ledger", str(ledger))
+    exchange = Exchange(server)
+    assert exchange.order("o1")[1]["code"] == EXECUTION_UNKNOWN
+    server.stop(signal.SIGKILL)
+    server.start()
+    wait_for(lambda: exchange.ask("o1") == 200, timeout=5)
+    assert placements(ledger_of(ledger), "o1") == 1
+
+
+def test_a_status_index_that_lags_the_book_finds_an_order_only_once_its_lag_has_passed(start_server):
+    server = start_server("--max-latency-ms", "0", "--order-status", "--status-lag-ms", "60000")
+    exchange = Exchange(server)
+    assert exchange.order("o1")[0] == 200
+    assert exchange.ask("o1") == 400 and exchange.order("o1")[1]["code"] == DUPLICATE  # the book has it

@@ -156,3 +156,17 @@ def test_an_order_resumed_after_a_crash_is_asked_about_by_the_key_that_placed_it
     assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
     assert server.accepted() == {order: 1 for order in ORDERS}
     assert server.stats()["totals"]["duplicate_accepts"] == 0
+
+
+def test_an_order_the_engine_places_late_is_never_sent_again_before_the_lag_the_profile_names(start_server, tmp_path):
+    """Binance's -1007: the order may still be placed after a status ask said "does not exist". Here every order is
+    answered -1007 and placed up to 1.4 s later, and a client id is free again once its order filled (at once): a
+    "not found" trusted after the 1 s HTTP timeout sent orders again, and placed them twice. The profile's
+    lag_ms (1.5 s) bounds the engine's lag: each order is found, placed once."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "2", "--seed", "3", "--ledger", str(ledger), "--order-status",
+                          "--execution-unknown-rate", "1", "--placed-late-ms", "1400", "--client-ids", "open",
+                          "--fill-max-ms", "0")
+    place_orders(server, tmp_path)
+    assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
+    assert server.accepted() == {order: 1 for order in ORDERS}

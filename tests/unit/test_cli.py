@@ -262,6 +262,16 @@ def test_bad_paths_and_urls_exit_2_with_one_line_never_a_traceback(argv, message
     assert message.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("url", ["http://user:s3cr3t@h", "http://user:s3cr3t@[::1", "ftp://user:s3cr3t@h/x",
+                                 "http://u:s3cr3t/x@h:port", "https://s3cr3t@h:0"])
+def test_a_url_refused_is_never_echoed_with_its_user_info(url, capsys):
+    """A password in --url (refused: the client sends none) must not reach the terminal or a log collector."""
+    with pytest.raises(SystemExit) as exited:
+        build_config(["--url", url])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "s3cr3t" not in err and "***@" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("source", ["requests.jsonl", "-"])
 def test_exactly_once_over_the_user_s_requests_needs_a_results_file_to_journal_its_sends(source, tmp_path):
     """With records on standard output there is no send journal: a crash then leaves sends a rerun cannot

@@ -22,9 +22,15 @@ def test_failures_within_the_silence_limit_are_no_outage(clock):
     assert not outage.active and outage.may_take("k", timeout=0)
 
 
+def failing_for(outage: OutageGate, clock: FakeClock, seconds: float, cause: str = "timeouts") -> None:
+    """Attempts that fail from now on, for ``seconds``: the last of them is the one the silence is long enough for."""
+    outage.failed(cause)
+    clock.advance(seconds)
+
+
 def test_an_outage_is_logged_once_with_its_cause_then_at_most_once_a_minute(clock, caplog):
     outage = gate(clock)
-    clock.advance(5.0)
+    failing_for(outage, clock, 5.0, "connection refused")
     with caplog.at_level(logging.ERROR):
         outage.failed("connection refused")
         clock.advance(30)
@@ -38,9 +44,28 @@ def test_an_outage_is_logged_once_with_its_cause_then_at_most_once_a_minute(cloc
     assert state.active and state.cause == "name not resolved" and state.since == pytest.approx(60)
 
 
+def test_a_time_with_no_attempt_is_no_silence_of_the_exchange_s(clock):
+    """A key held 60 s at start (the last run's sends may still land) sends nothing: its first failure then
+    starts the silence, instead of reading as 60 s with no answer (an outage at once)."""
+    outage = gate(clock)
+    clock.advance(60)
+    outage.failed("connection reset")
+    assert not outage.active
+    clock.advance(4.9)
+    outage.failed("connection reset")
+    assert not outage.active
+    clock.advance(0.1)
+    outage.failed("connection reset")
+    assert outage.active
+    outage.answered()
+    clock.advance(100)  # idle: no input
+    outage.failed("connection reset")
+    assert not outage.active
+
+
 def test_during_an_outage_each_key_probes_at_a_growing_capped_interval(clock):
     outage = gate(clock)
-    clock.advance(5)
+    failing_for(outage, clock, 5)
     outage.failed("timeouts")
     assert outage.may_take("a", timeout=0)  # this key's first probe
     assert not outage.may_take("a", timeout=0)  # nothing more until the next one
@@ -65,7 +90,7 @@ def test_the_first_answer_ends_the_outage_and_wakes_waiting_workers(clock, caplo
         return clock()
 
     outage = OutageGate(5.0, probe_base=30.0, probe_cap=30.0, clock=probing_clock)
-    clock.advance(5)
+    failing_for(outage, clock, 5, "connection refused")
     outage.failed("connection refused")
     assert outage.may_take("a", timeout=0)  # the probe; the next is 30 s away
     result = []

@@ -320,3 +320,9 @@ def test_each_new_example_reads_its_api_s_documented_answers(example, status, bo
     assert reading.outcome.value == outcome, reading
     if "x-ratelimit-reset" in headers:  # the primary limit: wait until its reset, an epoch second
         assert reading.retry_after == 60
+
+
+def test_a_settle_lag_below_zero_is_refused_by_its_line():
+    text = (ROOT / "examples" / "profiles" / "reference-orders.toml").read_text().replace("lag_ms = 1500", "lag_ms = -1")
+    with pytest.raises(ProfileError, match=r"lag_ms must be 0 or more, got -1"):
+        read_profile(text, "orders.toml")

@@ -5,6 +5,7 @@ order. The profile is the reference exchange's order mode (examples/profiles/ref
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -21,7 +22,9 @@ from thread_client.policy.order_status import Finding, StatusTable
 from thread_client.profile import load_profile
 from thread_client.request import Request
 
-PROFILE = load_profile(str(ROOT / "examples" / "profiles" / "reference-orders.toml"))
+# The reference server's order mode with no engine lag: how long a copy stays in doubt is the test's own (DOUBT).
+ORDERS = load_profile(str(ROOT / "examples" / "profiles" / "reference-orders.toml"))
+PROFILE = dataclasses.replace(ORDERS, settle=dataclasses.replace(ORDERS.settle, lag_ms=0))
 
 # The reference server's order mode, written out from docs/reference/server.md.
 EXECUTION_UNKNOWN = answer(500, {"status": "error", "error_msg": "execution status unknown", "code": -1007})
@@ -264,3 +267,12 @@ def test_the_earlier_runs_send_is_settled_by_asking_on_a_key_paused_before_it_st
     assert r.worker.failure is None
     assert r.transport.calls == [asked("r1", FIRST)]
     assert (r.queues.counts().accepted, r.queues.graveyard.by_outcome()) == (1, {})
+
+
+def test_not_found_is_trusted_only_once_the_exchange_s_lag_has_passed_not_after_the_http_timeout():
+    """With no receive window, a copy is taken within the HTTP timeout, but an engine may place it, or a status
+    index show it, up to the profile's lag_ms later: the doubt lasts that long (once it was the 1 s timeout)."""
+    assert StatusTable(ORDERS, http_timeout=1.0).doubt_lasts == 1.5
+    assert StatusTable(PROFILE, http_timeout=1.0).doubt_lasts == 1.0
+    unknown_lag = dataclasses.replace(ORDERS, settle=dataclasses.replace(ORDERS.settle, lag_ms=10_000))
+    assert StatusTable(unknown_lag, http_timeout=1.0).doubt_lasts == 10.0

@@ -29,8 +29,9 @@ class OutageGate:
     """Shared by every worker. Workers report each attempt (``answered()`` / ``failed()``)
     and ask ``may_take()`` before taking a request from the queue.
 
-    When no key has had an answer for ``outage_after`` seconds and attempts keep
-    failing, the gate closes: one ERROR line names the cause (repeated at most
+    When attempts have failed for ``outage_after`` seconds with no answer to any
+    key meanwhile, the gate closes (a time with no attempt, such as a hold at
+    start or an idle input, is no silence of the exchange's): one ERROR line names the cause (repeated at most
     every ``repeat_log`` seconds), workers stop taking work, so the main queue
     fills and the producer waits, and each key sends one probe at a growing
     interval (``probe_base`` doubling up to ``probe_cap``). The first answer opens
@@ -57,7 +58,7 @@ class OutageGate:
         # and on close, so they stop.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._last_answer = clock()
+        self._failing_since: float | None = None  # the first attempt that failed since the last answer
         self._ever_answered = False
         self._cause = ""
         self._outage_since: float | None = None
@@ -77,11 +78,12 @@ class OutageGate:
     def answered(self) -> None:
         """The exchange answered (any HTTP status): it is reachable."""
         with self._changed:
-            self._last_answer = self._clock()
+            now = self._clock()
+            self._failing_since = None
             self._ever_answered = True
             if self._outage_since is None:
                 return
-            lasted = self._last_answer - self._outage_since
+            lasted = now - self._outage_since
             self._outage_since = None
             self._next_probe.clear()
             self._probes.clear()
@@ -93,17 +95,19 @@ class OutageGate:
         with self._lock:
             now = self._clock()
             self._cause = cause
-            if self._outage_since is None and now - self._last_answer < self._outage_after:
+            if self._failing_since is None:
+                self._failing_since = now
+            if self._outage_since is None and now - self._failing_since < self._outage_after:
                 return
             if self._outage_since is None:
                 self._outage_since = now
             if now - self._logged_at < self._repeat_log:
                 return
             self._logged_at = now
-            silent = now - self._last_answer
+            silent = now - self._failing_since
         log.error(
-            "outage: no answer from the exchange for %.0f s (%s); taking no work, probing once per key",
-            silent, cause,
+            "outage: every attempt for %.0f s got no answer from the exchange (%s); taking no work, probing once per "
+            "key", silent, cause,
         )
 
     def may_take(self, key: str, timeout: float | None = None) -> bool:

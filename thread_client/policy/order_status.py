@@ -37,11 +37,12 @@ class StatusTable:
     """A profile's ``[settle]`` compiled once: where a status ask goes (``method``, ``path``, ``params``) and
     how its answer reads (``read``). Built only for a profile whose requests carry a client id.
 
-    ``doubt_lasts``: how long (s) after a send ended its copy may still be accepted, so a status ask that finds
-    none says nothing until then (docs/api/settle.md). A receive window ``W`` bounds it: the server takes a stamp
-    at most ``W`` old, and (checking ``|server time - stamp| < W``) at most ``W`` ahead, so no copy is taken
-    later than ``2 W`` after it was stamped, on the server's clock, which runs at ours within ``DRIFT``. With
-    none, ``http_timeout``: how long the client lets a send take."""
+    ``doubt_lasts``: how long (s) after a send ended its copy may still be accepted, or placed, or first shown, so
+    a status ask that finds none says nothing until then (docs/api/settle.md). A receive window ``W`` bounds when a
+    copy is taken: the server takes a stamp at most ``W`` old, and (checking ``|server time - stamp| < W``) at most
+    ``W`` ahead, so no copy is taken later than ``2 W`` after it was stamped, on the server's clock, which runs at
+    ours within ``DRIFT``; with none, ``http_timeout`` (how long the client lets a send take). A copy taken may be
+    placed by the exchange's engine, or shown by its status endpoint, up to ``[settle] lag_ms`` later still."""
 
     def __init__(self, profile: Profile, http_timeout: float = defaults.HTTP_TIMEOUT) -> None:
         settle = profile.settle
@@ -50,7 +51,7 @@ class StatusTable:
         self.method, self.path, self.endpoint = settle.method, settle.path, settle.endpoint
         self._param, self._copied = settle.client_id_param, settle.params
         window = profile.nonce.recv_window_ms / 1000
-        self.doubt_lasts = 2 * window * (1 + DRIFT) if window else http_timeout
+        self.doubt_lasts = max(2 * window * (1 + DRIFT) if window else http_timeout, settle.lag_ms / 1000)
         self._client_id = profile.request.client_id
         rules = tuple(dataclasses.replace(rule, outcome=_AS_OUTCOME[rule.outcome]) for rule in settle.rules)
         self._table = AnswerTable(dataclasses.replace(profile, answers=rules))

@@ -210,14 +210,17 @@ class AnswerRule:
 class Settle:
     """The exchange's order-status endpoint (``[settle]``): ``method`` and ``path``, the client id in the param
     ``client_id_param``, the request's own ``params`` an ask carries too (Binance finds an order by its ``symbol``
-    and client id), and ``rules`` (answer rules whose outcome is one of ``SETTLE_FINDINGS``) that read its answer.
-    A send whose fate is in doubt is settled by asking it, never by sending the order blindly again."""
+    and client id), and ``rules`` (answer rules whose outcome is one of ``SETTLE_FINDINGS``) that read its answer;
+    ``lag_ms``: how long after a send in doubt the exchange may still place its order, or first show it to this
+    endpoint (a matching engine's lag, a status index behind the book). A send whose fate is in doubt is settled by
+    asking it, never by sending the order blindly again."""
 
     path: str
     client_id_param: str
     method: str = "GET"
     rules: tuple[AnswerRule, ...] = ()
     params: tuple[str, ...] = ()
+    lag_ms: int = defaults.SETTLE_LAG_MS  # how late the exchange may place an order in doubt, or show it
 
     @property
     def endpoint(self) -> str:

@@ -76,7 +76,7 @@ _TABLES: dict[str, dict[str, _Field]] = {
     },
     "settle": {
         "method": _Field((str,), METHODS), "path": _TEXT, "client_id_param": _TEXT, "params": _Field((list,)),
-        "rule": _Field((list,)),
+        "rule": _Field((list,)), "lag_ms": _Field((int,)),
     },
     "penalty": {
         "strikes_to_block": _Field((int,)), "invalid_nonce": _Field((str,), INVALID_NONCE_COSTS),
@@ -328,6 +328,8 @@ class _Compiler:
             self._error(self._finder.line("settle"), "[settle] needs a rule that reads found and one that reads "
                                                      "not_found ([[settle.rule]])")
         params = self._settle_params(values.pop("params", []), values.get("client_id_param"))
+        if values.get("lag_ms", 0) < 0:
+            self._error(self._finder.line("settle", "lag_ms"), f"[settle] lag_ms must be 0 or more, got {values['lag_ms']}")
         return None if missing else Settle(**values, rules=rules, params=params)
 
     def _settle_params(self, names: list[Any], client_id_param: str | None) -> tuple[str, ...]:

@@ -55,6 +55,17 @@ class Setting:
     #: "reference-orders" (each request an order under its client id, some answered "execution unknown", late
     #: or "duplicate", settled by asking the server's status endpoint, whose answers are lost, late or lagging).
     profile: str
+    #: Answers the exchange loses after it took the request (the connection closed under it), for every profile.
+    lost_answer_rate: float = 0.0
+    #: What an invalid nonce costs, as the daemon is told (``--invalid-nonce``): "counted" makes its order rule wait
+    #: for every answer until it has learnt the host, where a lost answer once stopped a key for good.
+    invalid_nonce: str = "free"
+    #: The order mode's rules of a real exchange (``reference-orders``): what a client id placed before gets
+    #: (``--client-ids``: "refused", "idempotent", "open"), the engine's lag after -1007 and the status index's
+    #: behind the book, each within the profile's ``[settle] lag_ms`` (1.5 s).
+    client_ids: str = "refused"
+    engine_lag_ms: int = 0
+    status_lag_ms: int = 0
 
     def secret(self, index: int) -> str:
         """The secret of the key at ``index`` under a signing profile (checked never to show)."""
@@ -92,8 +103,15 @@ def draw_setting(seed: int, seconds: float) -> Setting:
     # Drawn apart (every earlier choice of a seed stays as it was when orders came in).
     if profile == "reference" and random.Random(seed + 5).random() < 0.4:
         profile = "reference-orders"
+    exchange = random.Random(seed + 6)  # drawn apart too: a real exchange's rules, and lost answers
+    lost_answer_rate = exchange.choice((0.0, 0.0, 0.01, 0.03))
+    invalid_nonce = exchange.choice(("free", "free", "counted"))
+    client_ids = exchange.choice(("refused", "idempotent", "open")) if profile == "reference-orders" else "refused"
+    engine_lag_ms = exchange.choice((0, 0, 500, 1400)) if profile == "reference-orders" else 0
+    status_lag_ms = exchange.choice((0, 0, 300, 1400)) if profile == "reference-orders" else 0
     return Setting(seed, seconds, topology, members, delivery, source, results, threads_per_key, max_latency_ms, fail_rate,
-                   drop_rate, idle_timeout, tls, requests, odd, small_disk, profile)
+                   drop_rate, idle_timeout, tls, requests, odd, small_disk, profile, lost_answer_rate, invalid_nonce,
+                   client_ids, engine_lag_ms, status_lag_ms)
 
 
 def input_lines(setting: Setting) -> list[bytes]:

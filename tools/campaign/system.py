@@ -120,6 +120,10 @@ class System:
             "--keys-file", str(self.keys_file), *PROFILES[setting.profile][1],
             "--ledger", str(self.ledger_file), "--max-latency-ms", str(setting.max_latency_ms),
             "--fail-rate", str(setting.fail_rate), "--drop-rate", str(setting.drop_rate), "--seed", str(setting.seed),
+            "--lost-answer-rate", str(setting.lost_answer_rate),
+            *(["--client-ids", setting.client_ids, "--fill-max-ms", "2000", "--placed-late-ms",
+               str(setting.engine_lag_ms), "--status-lag-ms", str(setting.status_lag_ms)]
+              if setting.profile == "reference-orders" else []),
             *(["--idle-timeout", str(setting.idle_timeout)] if setting.idle_timeout else []),
             *(self._tls.server_args if self._tls else ()),
         ]
@@ -289,7 +293,8 @@ class System:
         setting = self.setting
         args = ["--url", self.exchange_url, "--state-dir", str(self.disk / f"state-{run.member}"),
                 "--summary-json", str(run.folder / "summary.json"), "--graveyard", str(run.folder / "graveyard.jsonl"),
-                "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5"]
+                "--delivery", setting.delivery, "--log-level", "WARNING", "--metrics-interval", "5",
+                "--invalid-nonce", setting.invalid_nonce]
         args += ["--keys-file", str(self.keys_file), "--profile", PROFILES[setting.profile][0]]
         if setting.delivery == "at-least-once" and setting.threads_per_key is not None:
             args += ["--threads-per-key", str(setting.threads_per_key)]
