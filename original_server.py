@@ -592,7 +592,7 @@ class ExchangeState:
         self._book = OrderBook(orders)
         # The order mode's counts (--order-status): duplicates refused, status asks and their faults, by name.
         self._orders: dict[str, int] = {}
-        self._status_asks: dict[str, int] = {}  # asks about each order the exchange has, for --status-misses
+        self._status_asks: dict[tuple[str, str], int] = {}  # asks about each (account, client id): --status-misses
         self._duplicate_accepts = 0
         self._bad_timestamp = 0
         self._bad_signature = 0
@@ -762,12 +762,12 @@ class ExchangeState:
 
     def find_order(self, key: str, client_id: str, misses: int) -> bool:
         """Whether ``key``'s account has an order of ``client_id``, as the status endpoint says: the first
-        ``misses`` asks about each order it has say no (an index that lags behind the engine)."""
+        ``misses`` asks about each client id of an account say no, whether it had the order yet or not (an index
+        that lags behind the engine)."""
         with self._lock:
-            if not self._book.found(self.account_of(key), client_id, self._clock_ms()):
-                return False
-            asks = self._status_asks[client_id] = self._status_asks.get(client_id, 0) + 1
-            return asks > misses
+            asked = (self.account_of(key), client_id)
+            asks = self._status_asks[asked] = self._status_asks.get(asked, 0) + 1
+            return asks > misses and self._book.found(*asked, self._clock_ms())
 
     def spend_nonce(self, key: str, raw_nonce: str | None) -> bool:
         """Step 5, an order's or a status ask's nonce: spent if it is an integer above the key's last one (a late

@@ -167,6 +167,9 @@ class Request:
     # A send of it went unanswered, or was answered "duplicate", even if an ask found no order then: its order may be
     # in the account of the key that sent it, which alone would refuse its client id again (``sent_on``).
     placed_maybe: bool = False
+    # Its latest send may have placed its order and nothing settled that (resumed after a crash; the client failed
+    # after the bytes left): where the exchange can be asked, it is, before the request is sent again.
+    unsettled: bool = False
     # What the latest failed attempt came to: an ``Outcome`` (``policy.answers``; a layer above, so not named here).
     last_failure: enum.Enum | None = None
     # The latest attempt, for the final record: which key and nonce, and what the exchange answered.
@@ -174,6 +177,10 @@ class Request:
     nonce: int | None = None
     http_status: int | None = None
     body: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.resumed:  # the earlier run's send was never settled
+            self.unsettled = self.placed_maybe = True
 
     def note_attempt(self, key: str, nonce: int, http_status: int | None, body: bytes) -> None:
         """An attempt went out on ``key`` with ``nonce``; ``http_status`` None: no answer came."""

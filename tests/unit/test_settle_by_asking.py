@@ -276,3 +276,41 @@ def test_not_found_is_trusted_only_once_the_exchange_s_lag_has_passed_not_after_
     assert StatusTable(PROFILE, http_timeout=1.0).doubt_lasts == 1.0
     unknown_lag = dataclasses.replace(ORDERS, settle=dataclasses.replace(ORDERS.settle, lag_ms=10_000))
     assert StatusTable(unknown_lag, http_timeout=1.0).doubt_lasts == 10.0
+
+
+@pytest.mark.parametrize("unread", [server_error(), answer(503, {"status": "error"}), answer(409, {"what": "?"})],
+                         ids=["5xx", "503", "a-status-no-rule-reads"])
+def test_an_answer_that_leaves_the_fate_open_is_asked_about_before_any_resend(unread):
+    """Binance: a 5xx's "execution status is UNKNOWN and could have been a success". Sent again blindly, such an
+    order was placed twice where the first had executed."""
+    r = rig(unread, found("r1"))
+    r.submit("r1")
+    r.handle_next()
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]
+    assert r.queues.counts().accepted == 1
+    r.assert_clean()
+
+
+class FailingOnce(AnswerTable):
+    """The reference orders' answers, read by a client that fails once after a send's bytes left (a bug)."""
+
+    def __init__(self) -> None:
+        super().__init__(PROFILE)
+        self.failed = False
+
+    def classify(self, *args, **kwargs):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug while reading the answer")
+        return super().classify(*args, **kwargs)
+
+
+def test_a_send_the_client_failed_on_after_its_bytes_left_is_asked_about_before_it_is_sent_again():
+    r = Rig(ok("r1"), found("r1"), answers=FailingOnce(), status=StatusTable(PROFILE, DOUBT))
+    request = r.submit("r1")
+    taken = r.queues.take(timeout=0)
+    r.worker._guarded(taken, lambda: r.worker._handle(taken))  # the worker loop's guard: an internal error, retried
+    assert (request.ambiguous, request.unsettled) == (1, True)
+    r.handle_next()  # the retry asks first: found, accepted, never placed twice
+    assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]
+    assert r.queues.counts().accepted == 1

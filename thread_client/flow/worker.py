@@ -44,6 +44,12 @@ _EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exch
 _BUGS_BEFORE_GIVING_UP = 3
 
 
+#: Answers that leave a send's fate open, though they are no ambiguous reading: a duplicate (the first copy exists,
+#: or says it does), a 5xx or a status no rule reads (Binance: "the execution status is UNKNOWN and could have been a
+#: success"). Where the profile can ask ([settle]), each is settled by asking before any resend.
+_FATE_UNREAD = frozenset({Outcome.DUPLICATE, Outcome.SERVER_ERROR, Outcome.UNAVAILABLE})
+
+
 def _retired_for_good(key: ApiKey) -> bool:
     return key.retired_because is not None and key.retired_because.final
 
@@ -179,7 +185,8 @@ class Worker(ManagedThread):
         """Run ``handle`` for ``request``; if a bug escapes it before the request was routed, route it
         once as a failure, unless the exchange had accepted it: then it ends accepted. A send that
         may have left is never followed by a fresh nonce in exactly-once: the request then ends
-        ``unknown`` and the key's order gate stops waiting on it."""
+        ``unknown`` and the key's order gate stops waiting on it; at-least-once counts it ambiguous, and
+        asks the exchange about it before any resend where the profile can ask."""
         self._holding, self._in_doubt, self._accepted = request, None, False
         try:
             handle()
@@ -197,6 +204,9 @@ class Worker(ManagedThread):
                 reading = Reading(Outcome.UNKNOWN, f"the client failed after nonce {doubt.nonce} was sent on "
                                                    f"{self.key.name}")
             else:
+                if doubt is not None:  # the bytes may have left: asked about first where it can be, and marked
+                    request.ambiguous += 1
+                    request.placed_maybe = request.unsettled = True
                 reading = Reading(Outcome.INTERNAL_ERROR)
             self._carry_out(request, reading, self._policy.decide(reading.outcome, request.failures,
                                                                   detail=reading.detail))
@@ -220,9 +230,9 @@ class Worker(ManagedThread):
 
     def _handle(self, request: Request) -> None:
         self._costs = self._costs_of(request)
-        if request.sent_on and (request.resumed or request.placed_maybe) and not self._sends_here(request):
+        if request.sent_on and request.placed_maybe and not self._sends_here(request):
             return
-        if request.resumed and not request.attempts and self._status is not None and not self._not_placed(request):
+        if request.unsettled and self._status is not None and not self._not_placed(request):
             return
         if not self._connect(request):
             return
@@ -253,7 +263,7 @@ class Worker(ManagedThread):
                 self._note_answered(request, permit)
         elif reading is _STALE:
             self._listener.stale_connection()
-        if self._status is not None and (reading.outcome.ambiguous or reading.outcome is Outcome.DUPLICATE):
+        if self._status is not None and (reading.outcome.ambiguous or reading.outcome in _FATE_UNREAD):
             reading, retry_after = self._settle_by_asking(permit, request, reading, sent_at), None
         elif reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
@@ -492,7 +502,7 @@ class Worker(ManagedThread):
             if _retired_for_good(sender):  # retired meanwhile, after it gave back what it was handed
                 self._queues.release_handed(sender.id)
             return False
-        if not (request.resumed and not request.attempts and self._status is not None):
+        if not (request.unsettled and self._status is not None):
             return True
         why = "is retired" if sender is not None else "is not among this run's keys"
         self._conclude(request, Reading(Outcome.UNKNOWN, f"its order was sent on key {request.sent_on} before "
@@ -502,13 +512,14 @@ class Worker(ManagedThread):
         return False
 
     def _not_placed(self, request: Request) -> bool:
-        """At-least-once after a crash: ``request`` was sent by the earlier run, and its answer was lost with it.
-        Ask the exchange before any resend: True if it has no such order (send it); else the request is
+        """``request``'s latest send was never settled (sent by the earlier run, whose crash lost its answer; or the
+        client failed after its bytes left). Ask the exchange before any resend: True if it has no such order (send it); else the request is
         concluded, accepted if found, ``unknown`` if the asks could not tell."""
         client_id = self._status.client_id(request)
         asked_at = self._clock()
         finding, words = self._ask_safely(request, client_id, duplicate=False)
         if finding is Finding.NOT_FOUND:
+            request.unsettled = False
             return True
         reading = Reading(Outcome.ACCEPTED, f"found at the exchange by client id {client_id}") if (
             finding is Finding.FOUND) else Reading(Outcome.UNKNOWN, f"{words} before client id {client_id} was settled")

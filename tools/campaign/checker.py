@@ -54,10 +54,13 @@ STORE_FAULTS = frozenset({"store-restart", "store-client-kill", "store-cut-membe
 #: Ledger verdicts of a placement whose answer told the client nothing it could trust: none came, it came after the
 #: client's timeout, or it said "execution status unknown" (an order the engine placed later has no answer at all).
 UNANSWERED_PLACEMENTS = frozenset({"lost_answer", "accepted_late", "execution_unknown", "placed_late"})
-#: Faults that may keep an answer the exchange sent from reaching the client: the link cut or slowed past the
-#: client's timeout, the exchange frozen or restarted under it, the daemon killed or stopped before it read it.
+#: Faults that may keep an answer the exchange sent from reaching the client, all along: the link cut or slowed
+#: past the client's timeout, the exchange frozen or restarted under it, the daemon killed or stopped before it
+#: read it.
 ANSWERS_LOST = frozenset({"proxy-cut", "proxy-half-close", "proxy-delay", "exchange-freeze", "exchange-restart",
                           "daemon-kill", "daemon-pause"})
+#: Faults that restart the exchange into a mode and back (a 503 burst, a ban): an answer may be lost at either edge.
+ANSWERS_LOST_AT_EDGES = frozenset({"exchange-503-burst", "exchange-418-ban"})
 #: The profiles whose requests the daemon can ask the exchange about ([settle]): an order of theirs is never placed
 #: twice, in either delivery mode.
 CAN_ASK = frozenset({"reference-orders"})
@@ -250,8 +253,10 @@ def _no_answer_reached(history: History, entry: dict) -> bool:
     decided = (entry.get("decided_ms") or entry.get("stamp_ms") or 0) / 1000
     started = history.system.wall_started
     slack = history.system.setting.max_latency_ms / 1000 + defaults.HTTP_TIMEOUT
-    return any(started + fault.at - slack <= decided <= started + fault.at + fault.length + slack
-               for fault in history.timeline if fault.kind in ANSWERS_LOST)
+    spans = [(fault.at, fault.at + fault.length) for fault in history.timeline if fault.kind in ANSWERS_LOST]
+    spans += [(edge, edge) for fault in history.timeline if fault.kind in ANSWERS_LOST_AT_EDGES
+              for edge in (fault.at, fault.at + fault.length)]
+    return any(started + start - slack <= decided <= started + end + slack for start, end in spans)
 
 
 def _check_pauses(history: History) -> list[Violation]:
