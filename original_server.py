@@ -244,6 +244,7 @@ class OrderBook:
 
     def __init__(self, orders: "Orders") -> None:
         self._rule = orders.client_ids
+        self.fills = self._rule == "open"  # whether an order's filling frees its client id
         self._status_lag_ms = orders.status_lag_ms
         self._placed: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (account, id) -> [(placed, fills)]
         self._late: list[tuple[int, int, dict]] = []  # a heap of (due ms, order, its ledger line to be)
@@ -590,6 +591,7 @@ class ExchangeState:
         # own), and another account's status ask does not find it.
         self._account_of = limits.accounts
         self._book = OrderBook(orders)
+        self._late_tokens = itertools.count(1)  # what names each order the engine places late, in this boot
         # The order mode's counts (--order-status): duplicates refused, status asks and their faults, by name.
         self._orders: dict[str, int] = {}
         self._status_asks: dict[tuple[str, str], int] = {}  # asks about each (account, client id): --status-misses
@@ -612,9 +614,10 @@ class ExchangeState:
         """Take up where an earlier run on the same ledger ended: each key's last nonce, its limit state (every
         stamp that spent from it, with its cost, taken again in stamp order: each model's state is a function
         of what it admitted, so this restores every model, under the model and scope the server now runs),
-        its strikes and block, and how often each id was accepted."""
+        its strikes and block, how often each id was accepted, the order book, and the orders the engine had yet
+        to place."""
         spent: list[tuple[int, int, KeyState]] = []
-        late: dict[tuple[str, str], dict] = {}  # the orders answered -1007 the engine had yet to place
+        late: dict[str, dict] = {}  # the orders answered -1007 the engine had yet to place, by their token
         for entry in entries:
             state = self._keys.get(entry.get("key"))
             if state is None:
@@ -624,19 +627,18 @@ class ExchangeState:
                 spent.append((entry["stamp_ms"], entry.get("cost", 1), state))
             if verdict == "rate_limited":
                 state.rate_limited += 1
-            if verdict in ACCEPTED_VERDICTS:
-                state.accepted += 1
+            if verdict in ACCEPTED_VERDICTS | NONCE_ONLY_VERDICTS:  # its nonce was spent
                 nonce = _int_or_none(entry.get("nonce"))
                 if nonce is not None and (state.last_nonce is None or nonce > state.last_nonce):
                     state.last_nonce = nonce
+            if verdict in ACCEPTED_VERDICTS:
+                state.accepted += 1
                 self._accepts = max(self._accepts, entry.get("accept") or 0)
                 self._count_accepted(entry["key"], entry.get("id"), entry.get("stamp_ms") or 0, entry.get("fills_ms", 0))
-            if verdict in NONCE_ONLY_VERDICTS:
-                self._advance_nonce(state, entry.get("nonce"))
             if "placed_late_ms" in entry:  # answered -1007, to be placed by the engine at that time
-                late[(entry["key"], str(entry.get("nonce")))] = entry
+                late[entry["late"]] = entry
             elif verdict in LATE_VERDICTS:
-                late.pop((entry["key"], str(entry.get("nonce"))), None)
+                late.pop(entry["late"], None)
         for entry in late.values():
             self._book.place_later(entry["placed_late_ms"], _late_line(entry))
         for state in self._keys.values():
@@ -690,18 +692,22 @@ class ExchangeState:
             self._ban_s *= 2
             self._bans += 1
 
-    def place(self, key: str, req_id: str | None, fills_ms: int = 0) -> int:
-        """The exchange takes ``req_id`` on ``key`` (its nonce or timestamp passed), an order filling at
-        ``fills_ms``; returns the order of acceptance (1, 2, ... over the server's life)."""
+    def place(self, entry: dict, fills_after_ms: int = 0) -> None:
+        """The exchange takes the order of the ledger line ``entry`` (its nonce or timestamp passed), to fill
+        ``fills_after_ms`` from now: its order of acceptance (1, 2, ... over the server's life), and when it fills
+        (under ``--client-ids open``), go into the line."""
         with self._lock:
-            return self._place(key, req_id, fills_ms)
+            self._place(entry, fills_after_ms)
 
-    def _place(self, key: str, req_id: str | None, fills_ms: int) -> int:
+    def _place(self, entry: dict, fills_after_ms: int) -> None:
         """Called with the lock held."""
-        self._keys[key].accepted += 1
-        self._count_accepted(key, req_id, self._clock_ms(), fills_ms)
+        now = self._clock_ms()
+        if self._book.fills:
+            entry["fills_ms"] = now + fills_after_ms
+        self._keys[entry["key"]].accepted += 1
+        self._count_accepted(entry["key"], entry.get("id"), now, now + fills_after_ms)
         self._accepts += 1
-        return self._accepts
+        entry["accept"] = self._accepts
 
     def _count_accepted(self, key: str, req_id: str | None, placed_ms: int, fills_ms: int) -> None:
         """Called with the lock held."""
@@ -714,10 +720,14 @@ class ExchangeState:
         """The account ``key`` trades for (the keys file's; a key with none is its own)."""
         return self._account_of.get(key, key)
 
-    def place_later(self, due_ms: int, line: dict) -> None:
-        """An order answered -1007 that the engine places at ``due_ms`` (``place_due``); ``line``: its ledger line."""
+    def place_later(self, entry: dict, due_after_ms: int, fills_after_ms: int) -> None:
+        """The order of the ledger line ``entry``, answered -1007, is placed by the engine ``due_after_ms`` from now
+        (``place_due``), to fill ``fills_after_ms`` after that: when, and a token its placement's line will name,
+        go into the line (a restart takes them up)."""
         with self._lock:
-            self._book.place_later(due_ms, _late_line(line))
+            entry.update(placed_late_ms=self._clock_ms() + due_after_ms, fills_after_ms=fills_after_ms,
+                         late=f"{self.ledger.boot if self.ledger else 0}.{next(self._late_tokens)}")
+            self._book.place_later(entry["placed_late_ms"], _late_line(entry))
 
     def place_due(self) -> None:
         """Place the orders answered -1007 whose time has come, each with a ledger line of its own: placed, or
@@ -728,8 +738,8 @@ class ExchangeState:
                 if self._book.repeat(self.account_of(line["key"]), line["client_id"], now) is not None:
                     line.update(verdict="late_duplicate", decided_ms=now)
                 else:
-                    line.update(verdict="placed_late", decided_ms=now,
-                                accept=self._place(line["key"], line["id"], line["fills_ms"]))
+                    line.update(verdict="placed_late", decided_ms=now)
+                    self._place(line, line["fills_after_ms"])
                 if self.ledger is not None:
                     self.ledger.write(line)
 
@@ -828,8 +838,9 @@ class ExchangeState:
 def _late_line(entry: dict) -> dict:
     """The ledger line the engine's late placement of the order ``entry`` (answered -1007) is written as."""
     return {"kind": "placement", "key": entry["key"], "account": entry.get("account"), "nonce": entry.get("nonce"),
-            "id": entry.get("id"), "client_id": entry.get("client_id") or entry.get("id") or "", "stamp_ms": None,
-            "accept": None, "verdict": None, "status": None, "fills_ms": entry.get("fills_ms", 0)}
+            "id": entry.get("id"), "client_id": entry.get("client_id") or entry.get("id") or "", "late": entry["late"],
+            "stamp_ms": None, "accept": None, "verdict": None, "status": None,
+            "fills_after_ms": entry.get("fills_after_ms", 0)}
 
 
 def _int_or_none(raw: object) -> int | None:
@@ -1002,19 +1013,15 @@ class ExchangeHandler(BaseHTTPRequestHandler):
         elif not state.spend_nonce(key, params.get("nonce")):
             answer("invalid_nonce", 400, error_body(MSG_INVALID_NONCE))
             return
-        fills_ms = server.now_ms() + round(server.draw() * orders.fill_max_ms) if orders.client_ids == "open" else 0
+        fills_after_ms = round(server.draw() * orders.fill_max_ms) if orders.client_ids == "open" else 0
         lost = server.draw() < server.lost_answer_rate
         fault = None if lost else orders.order_fault(server.draw)
         if fault == "execution_unknown" and orders.placed_late_ms:  # the engine places it later, if it still may
             state.count_order("execution_unknown")
-            entry.update(placed_late_ms=server.now_ms() + round(server.draw() * orders.placed_late_ms),
-                         fills_ms=fills_ms)
-            state.place_later(entry["placed_late_ms"], entry)
+            state.place_later(entry, round(server.draw() * orders.placed_late_ms), fills_after_ms)
             answer("execution_pending", 500, {**error_body("execution status unknown"), "code": -1007})
             return
-        entry["accept"] = state.place(key, params.get("req_id"), fills_ms)
-        if orders.client_ids == "open":
-            entry["fills_ms"] = fills_ms
+        state.place(entry, fills_after_ms)
         if lost:
             # Accepted, nonce spent, and the answer lost: the client cannot know, unless it asks again.
             state.count_fault("lost_answer")

@@ -361,7 +361,7 @@ def build_daemon(config: Config, *, clock: Clock = monotonic, stop_latch: StopLa
     limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints,
                         server_clock=server_clock)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
-    endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params)
+    endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params, can_ask=profile.settle is not None)
     admit = endpoints.admit
     work = config.work_stream if config.from_stream else None
     pacing = KeyPacing(limits, order_latency, unanswered_hold=config.http_timeout, order_rule=order_rule,

@@ -440,10 +440,9 @@ class Daemon:
                          id=key.id, held_for=limiter.held_for)
 
     def _on_key_retired(self, key: ApiKey, detail: str) -> None:
-        """One ERROR line per retired key, saying what follows for the rest; what was handed to it alone (a
-        request resumed after a crash, to ask about) goes to the other keys once it sends no more for good."""
-        if key.retired_because.final:
-            self.queues.release_handed(key.id)
+        """One ERROR line per retired (or parked) key, saying what follows for the rest; what was handed to it
+        alone (a request whose order may be in its account, to ask about) goes to the other keys."""
+        self.queues.release_handed(key.id)
         what = f"key {key.name} retired ({key.retired_because.value}: {detail})"
         if not self.keys.all_retired:
             active = len(self.keys) - len(self.keys.retired())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring, encode_basestring_ascii
@@ -83,6 +84,8 @@ def _no_constant(name: str) -> object:
 
 
 MAX_ID_LENGTH = 256
+#: A key's id as ``limits.keys.key_id`` makes it: what a requeued line's ``sent_on`` names.
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 #: The longest line a source reads as a request; a longer one is ``invalid_input``, read past in
 #: bounded memory (a line is one request, not a file).
 MAX_LINE_BYTES = 1024 * 1024
@@ -251,8 +254,9 @@ def _read_request(raw: bytes | str, where: str) -> Work | InvalidInput:
     if weight is None or weight < 1:
         return InvalidInput(where, request_id, '"weight" is not a positive integer')
     sent_on = value.get("sent_on", "")
-    if not _is_text(sent_on) or len(sent_on) > MAX_ID_LENGTH:
-        return InvalidInput(where, request_id, '"sent_on" is not the id of a key')
+    if "sent_on" in value and not (_is_text(sent_on) and _KEY_ID.fullmatch(sent_on)):
+        return InvalidInput(where, request_id, '"sent_on" is not the id of a key (16 hex digits, as thread-client '
+                                               'requeue writes it)')
     params = value.get("params", {})
     if not isinstance(params, dict):
         return InvalidInput(where, request_id, "\"params\" is not an object")

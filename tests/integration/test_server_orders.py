@@ -156,3 +156,24 @@ def test_a_status_index_that_lags_the_book_finds_an_order_only_once_its_lag_has_
     exchange = Exchange(server)
     assert exchange.order("o1")[0] == 200
     assert exchange.ask("o1") == 400 and exchange.order("o1")[1]["code"] == DUPLICATE  # the book has it
+
+
+def test_a_restart_under_timestamps_keeps_every_order_the_engine_had_yet_to_place(start_server, tmp_path):
+    """No nonce tells two pending orders apart under --timestamp-ms: each has a token of its own."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = start_server("--max-latency-ms", "0", "--order-status", "--execution-unknown-rate", "1",
+                          "--placed-late-ms", "500", "--ledger", str(ledger), "--timestamp-ms")
+    with requests.Session() as session:
+        for order in ("o1", "o2"):
+            answer = session.get(f"{server.url}/api/request", timeout=5, params={
+                "api_key": KEYS[0], "req_id": order, "timestamp": int(time.time() * 1000)})
+            assert answer.json()["code"] == EXECUTION_UNKNOWN
+        server.stop(signal.SIGKILL)
+        server.start()
+
+        def both_placed() -> bool:
+            session.get(f"{server.url}/api/order", timeout=5, params={
+                "api_key": KEYS[0], "clientId": "o1", "timestamp": int(time.time() * 1000)})
+            return {placements(ledger_of(ledger), order) for order in ("o1", "o2")} == {1}
+
+        wait_for(both_placed, timeout=5)

@@ -332,3 +332,23 @@ def test_the_heal_bound_holds_the_design_s_quiet_only_where_a_fault_may_call_for
     assert heal_bound(single, [Fault(1.0, 2.0, "daemon-term")]) == plain
     assert heal_bound(single, [Fault(1.0, 2.0, "exchange-freeze"), Fault(2.0, 1.0, "daemon-term", "m1")]) > (
         plain + LATE_ANSWER_CAP)
+
+
+def test_a_status_ask_during_a_pause_is_no_new_send_only_about_an_order_sent_before_it(tmp_path):
+    setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
+                                  requests=3, odd_lines=0, tls=False, max_latency_ms=50, profile="reference-orders")
+    system = System(setting, tmp_path, lambda line: None)
+    system.runs.append(DaemonRun("m1", 1, tmp_path, [], wall_started=system.wall_started, wall_ended=None))
+    paused_at = system.wall_started + 3
+    pause = Pause(Command(3, 4, "pause-key"), ControlTarget(1, tmp_path / "token", 1), keys=[KEY_NAME],
+                  paused_at=paused_at, resumed_at=paused_at + 4)
+    order = {"kind": "order", "key": KEY, "nonce": "10", "id": "c-1", "client_id": "c-1",
+             "stamp_ms": round((paused_at - 0.5) * 1000), "accept": 1, "verdict": "execution_unknown", "status": 500}
+
+    def ask(client_id: str) -> dict:
+        return {"kind": "status", "key": KEY, "nonce": "11", "id": None, "client_id": client_id,
+                "stamp_ms": round((paused_at + 2) * 1000), "accept": None, "verdict": "found", "status": 200}
+
+    judged = lambda *ledger: kinds(_check_pauses(History(system, True, [], ledger=list(ledger), pauses=[pause])))
+    assert judged(order, ask("c-1")) == set()  # settling c-1, sent before the pause
+    assert judged(order, ask("c-2")) == {"sent_while_paused"}  # nothing of c-2 was out: a new send

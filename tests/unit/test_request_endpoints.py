@@ -221,3 +221,23 @@ def test_a_line_without_the_profile_s_client_id_param_is_sent_with_its_id_there(
     endpoints = Endpoints(profile.request, profile.limits, profile.own_params)
     assert endpoints.admit(Work("a", {"x": "1"}, where="line 1")) == Work("a", {"x": "1", "clOrd": "a"}, where="line 1")
     assert endpoints.admit(Work("b", {"clOrd": "C-7"}, where="line 2")) == Work("b", {"clOrd": "C-7"}, where="line 2")
+
+
+KEY_ID = "0123456789abcdef"
+
+
+@pytest.mark.parametrize("sent_on", ['""', '"no-such-key"', '"\\ud800"', "7", '"0123456789ABCDEF"'])
+def test_a_sent_on_that_is_no_key_id_is_invalid_input(sent_on):
+    item = parse_line(f'{{"id": "a", "sent_on": {sent_on}}}', "line 1")
+    assert isinstance(item, InvalidInput) and "is not the id of a key" in item.reason
+
+
+def test_a_line_requeued_in_doubt_is_asked_about_first_only_where_the_profile_can_ask():
+    """Sent again where nothing asks first, its order may be placed twice: invalid_input, saying how to take that
+    risk instead (requeue with --may-double)."""
+    line = f'{{"id": "a", "sent_on": "{KEY_ID}"}}'
+    refused = parse_line(line, "line 1", admit=Endpoints(PROFILE.request, PROFILE.limits, PROFILE.own_params).admit)
+    assert isinstance(refused, InvalidInput) and "--may-double" in refused.reason and KEY_ID in refused.reason
+    asked = parse_line(line, "line 1", admit=Endpoints(PROFILE.request, PROFILE.limits, PROFILE.own_params,
+                                                       can_ask=True).admit)
+    assert isinstance(asked, Work) and (asked.resumed, asked.sent_on) == (True, KEY_ID)

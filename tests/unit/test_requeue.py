@@ -137,6 +137,9 @@ def test_a_line_never_sent_is_read_through_the_profile_s_checks_before_it_is_req
     assert set(found) == {"b"}
 
 
+KEY_ID = "0123456789abcdef"  # a key's id, as the send journal names it
+
+
 @pytest.fixture
 def timed_out(tmp_path) -> Path:
     """A run whose order t went out and got no answer (its retries spent), and whose order r was refused."""
@@ -144,7 +147,7 @@ def timed_out(tmp_path) -> Path:
     results, journal = Results(str(path)), SendJournal(str(path))
     unanswered, refused = request("t", params={"qty": "1"}, ambiguous=1), request("r", params={"qty": "2"})
     for sent in (unanswered, refused):
-        journal.sending(sent, "key-1", 100)
+        journal.sending(sent, KEY_ID, 100)
     results.record(unanswered, FinalOutcome.RETRIES_EXHAUSTED)
     results.record(refused, FinalOutcome.REJECTED)
     results.close()
@@ -168,7 +171,7 @@ def test_a_dead_letter_whose_order_may_be_placed_is_requeued_to_be_asked_about_f
     assert requeue(str(timed_out), "--outcome", "retries_exhausted,rejected", "--to", str(out),
                    "--profile", str(ROOT / "examples" / "profiles" / "reference-orders.toml")) == 0
     lines = {item.id: item for item in read_lines(out)}
-    assert (lines["t"].resumed, lines["t"].sent_on) == (True, "key-1")  # asked about first, in key-1's account
+    assert (lines["t"].resumed, lines["t"].sent_on) == (True, KEY_ID)  # asked about first, in that key's account
     assert (lines["r"].resumed, lines["r"].sent_on) == (False, "")
 
 

@@ -314,3 +314,29 @@ def test_a_send_the_client_failed_on_after_its_bytes_left_is_asked_about_before_
     r.handle_next()  # the retry asks first: found, accepted, never placed twice
     assert r.transport.calls == [Call(FIRST, "r1"), asked("r1", FIRST + 1)]
     assert r.queues.counts().accepted == 1
+
+
+@pytest.mark.parametrize("out_of_service", ["parked", "retired-by-the-operator"])
+def test_an_order_whose_key_takes_no_more_work_is_never_stranded_with_that_key(out_of_service):
+    """A lane nobody takes from would hold the request for good (a file run that never ends): a parked key, or
+    one the operator retired, is no key to hand it to. Never asked about, it ends unknown."""
+    placed_by = another_key()
+    placed_by.retire(RetireReason.PARKED if out_of_service == "parked" else RetireReason.OPERATOR)
+    r = Rig(status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-b",
+            key_of={placed_by.id: placed_by}.get)
+    assert r.queues.submit(resumed(placed_by))
+    r.handle_next()
+    assert r.transport.calls == [] and r.queues.graveyard.by_outcome() == {"unknown": 1}
+    r.assert_clean()
+
+
+def test_an_order_whose_key_the_operator_paused_waits_for_it_at_no_cost():
+    placed_by = another_key()
+    placed_by.pause()
+    r = Rig(status=StatusTable(PROFILE, DOUBT), answers=AnswerTable(PROFILE), account="desk-b",
+            key_of={placed_by.id: placed_by}.get)
+    request = resumed(placed_by)
+    assert r.queues.submit(request)
+    r.handle_next()
+    assert r.transport.calls == [] and r.queues.sizes() == (0, 1)  # back in the DLQ, to look again in a second
+    assert (request.failures, request.unsent) == (0, 0)

@@ -44,14 +44,12 @@ _EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exch
 _BUGS_BEFORE_GIVING_UP = 3
 
 
+#: How often a request waits to be asked about by a key the operator paused (``Worker._sends_here``).
+_PAUSED_SENDER_RECHECK = 1.0
 #: Answers that leave a send's fate open, though they are no ambiguous reading: a duplicate (the first copy exists,
 #: or says it does), a 5xx or a status no rule reads (Binance: "the execution status is UNKNOWN and could have been a
 #: success"). Where the profile can ask ([settle]), each is settled by asking before any resend.
 _FATE_UNREAD = frozenset({Outcome.DUPLICATE, Outcome.SERVER_ERROR, Outcome.UNAVAILABLE})
-
-
-def _retired_for_good(key: ApiKey) -> bool:
-    return key.retired_because is not None and key.retired_because.final
 
 
 def _retry_after(reading: Reading, answer: Answer) -> float | None:
@@ -218,7 +216,8 @@ class Worker(ManagedThread):
         operator) takes no work meanwhile."""
         try:
             while not self._stopping.is_set():
-                if not self.key.may_send():  # a shared key this daemon does not hold now
+                if not self.key.may_send():  # a shared key this daemon does not hold now: what it was handed goes
+                    self._queues.release_handed(self.key.id)
                     self._stopping.wait(self._lease_poll)
                 elif not self._outage.may_take(self.key.name):  # closed: the daemon stops
                     return None
@@ -489,26 +488,29 @@ class Worker(ManagedThread):
         unanswered) is asked about, and sent again, only in the account of the key its latest send went on
         (``sent_on``): an exchange finds an order, and refuses its client id again, only in the account that
         placed it; another account's ask answers "not found", and its send places a second order. True if this
-        key may (that key, or a key of its account); else the request went to that key. Where that key sends no
-        more (retired, or not among this run's keys), a resumed request not yet asked about ends ``unknown`` (no
-        key here can ask its account), and any other goes out here: its earlier copies were asked about."""
+        key may (that key, or a key of its account). Else the request goes to that key's workers while they take
+        work; while the operator pauses it, it waits (a second at a time, at no cost). Where that key takes no
+        more work this run (retired, parked, another member's), a request never asked about ends ``unknown`` (no
+        key here can ask its account), and one whose earlier copies were asked about goes out here."""
         sender = self._key_of(request.sent_on)
         if request.sent_on == self.key.id or (
                 sender is not None and sender.account and sender.account == self.key.account):
             return True
-        if sender is not None and not _retired_for_good(sender):
+        if sender is not None and sender.retired_because is None and sender.may_send():
+            if sender.limiter.paused_by:  # by the operator, or the whole daemon: it comes back
+                self._hand_back(request, after=_PAUSED_SENDER_RECHECK)
+                return False
             self._queues.hand_to(request, sender.id)
             self._holding = None
-            if _retired_for_good(sender):  # retired meanwhile, after it gave back what it was handed
+            if sender.retired_because is not None:  # retired meanwhile, after it gave back what it was handed
                 self._queues.release_handed(sender.id)
             return False
         if not (request.unsettled and self._status is not None):
             return True
-        why = "is retired" if sender is not None else "is not among this run's keys"
-        self._conclude(request, Reading(Outcome.UNKNOWN, f"its order was sent on key {request.sent_on} before "
-                                                          f"the restart, which {why}: no key here can ask its "
-                                                          "account, and sent again it may be placed twice"),
-                       None, self._clock())
+        why = "sends no more this run" if sender is not None else "is not among this run's keys"
+        self._conclude(request, Reading(Outcome.UNKNOWN, f"its order was sent on key {request.sent_on}, which {why}: "
+                                                          "no key here can ask its account, and sent again it may "
+                                                          "be placed twice"), None, self._clock())
         return False
 
     def _not_placed(self, request: Request) -> bool:

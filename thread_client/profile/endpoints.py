@@ -22,8 +22,10 @@ class Endpoints:
     exchange where the id param does not carry it already ("": none), each request's a string; a source refuses
     a value repeated in one run (two orders under one client id: the exchange takes the first only)."""
 
-    def __init__(self, request: RequestShape, limits: Sequence[LimitRule], own_params: Collection[str]) -> None:
+    def __init__(self, request: RequestShape, limits: Sequence[LimitRule], own_params: Collection[str],
+                 can_ask: bool = False) -> None:
         self._method, self._path, self._own = request.method, request.path, request.endpoint
+        self._can_ask = can_ask  # the profile has a [settle]: a line requeued in doubt is asked about first
         self._allowed = frozenset((request.endpoint, *request.endpoints))
         self._limits = tuple(limits)
         self._own_params = frozenset(own_params)
@@ -37,10 +39,16 @@ class Endpoints:
     def admit(self, work: Work) -> Work | InvalidInput:
         """``work`` with its endpoint completed from the profile's (the profile's own left as "": the usual
         send) and, where its params go as text, each boolean written ``true``/``false``; or the
-        ``invalid_input`` it is: a param named as one the profile sends itself, an endpoint the profile does not
+        ``invalid_input`` it is: a line requeued in doubt (``sent_on``) the profile cannot ask about, a param
+        named as one the profile sends itself, an endpoint the profile does not
         allow, a weight that can never fit a limit, or an object, array or null where the params go as text. A
         profile's client id param the line does not give is added, with the request's id as its value: the
         exchange knows the order by it; one the line gives must be a string (a number keeps its text)."""
+        if work.sent_on and not self._can_ask:
+            return InvalidInput(work.where, work.id, f'"sent_on": its order may be placed already (sent on key '
+                                                     f'{work.sent_on}), and this profile has no [settle] to ask the '
+                                                     'exchange first; requeue it with --may-double to send it anyway',
+                                work.receipt)
         taken = self._own_params.intersection(work.params)
         if taken:
             return InvalidInput(work.where, work.id, f"parameter(s) {', '.join(sorted(taken))} are names the profile "

@@ -219,16 +219,17 @@ def _check_placements(history: History) -> list[Violation]:
     violations = []
     placed = _placements(history.ledger)
     records = _final_records_by_id(history)
-    twice = {client_id: entries for client_id, entries in placed.items() if len(entries) > 1}
+    unknowable = _sent_by_killed_runs_without_a_journal(history)  # documented: sent again, unmarked
+    twice = {client_id: entries for client_id, entries in placed.items() if len(entries) > 1
+             and client_id not in unknowable}
     if setting.delivery == "exactly-once" or setting.profile in CAN_ASK:
         if twice:
             why = "exactly-once" if setting.delivery == "exactly-once" else f"the {setting.profile} profile can ask"
             violations.append(Violation("placed_twice", f"{why}: {len(twice)} orders placed more than once at the "
                                         "exchange", tuple(twice)))
     else:
-        unknowable = _sent_by_killed_runs_without_a_journal(history)
-        answered = [client_id for client_id, entries in twice.items() if client_id not in unknowable
-                    and not all(_no_answer_reached(history, entry) for entry in entries[:-1])]
+        answered = [client_id for client_id, entries in twice.items()
+                    if not all(_no_answer_reached(history, entry) for entry in entries[:-1])]
         if answered:
             violations.append(Violation("placed_again_after_an_answer", f"{len(answered)} orders placed again although "
                                         "the client was answered for an earlier copy", tuple(answered)))
@@ -276,7 +277,6 @@ def _check_pauses(history: History) -> list[Violation]:
     late = [(system.wall_started + fault.at - 1, system.wall_started + fault.at + fault.length + 1)
             for fault in history.timeline if fault.kind in unjudged]
     violations = []
-    asks = [entry for entry in history.ledger if entry.get("kind") == "status"]  # settling goes on in a pause
     for pause in history.pauses:
         if pause.target is None or pause.paused_at is None or pause.resumed_at is None:
             continue
@@ -289,7 +289,8 @@ def _check_pauses(history: History) -> list[Violation]:
             continue
         if any(from_ <= end and start <= to for from_, to in late):
             continue
-        sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None and entry not in asks
+        settling = _settling_asks(history.ledger, start)
+        sent = [entry for entry in history.ledger if entry.get("stamp_ms") is not None and id(entry) not in settling
                 and start * 1000 <= entry["stamp_ms"] <= end * 1000 and mask(str(entry.get("key"))) in pause.keys
                 and first_stamp.get((str(entry.get("key")), str(entry.get("nonce")))) == entry["stamp_ms"]]
         if sent:
@@ -297,6 +298,15 @@ def _check_pauses(history: History) -> list[Violation]:
                                         f"while {whose} had it paused ({pause.command.to_json()})",
                                         tuple(str(entry.get("id")) for entry in sent)))
     return violations
+
+
+def _settling_asks(ledger: list[dict], paused_s: float) -> set[int]:
+    """The status asks (by ``id()``) about an order sent on the same key before ``paused_s``: a paused key still
+    settles a send in doubt (documented); an ask about anything else is a new send like any other."""
+    sent_before = {(entry.get("key"), entry.get("client_id")) for entry in ledger if entry.get("kind") == "order"
+                   and entry.get("stamp_ms") is not None and entry["stamp_ms"] < paused_s * 1000}
+    return {id(entry) for entry in ledger if entry.get("kind") == "status"
+            and (entry.get("key"), entry.get("client_id")) in sent_before}
 
 
 def _check_sent_as_written(history: History) -> list[Violation]:
