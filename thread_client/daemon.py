@@ -538,7 +538,7 @@ class Daemon:
             # a shared key's release tells the next owner how long to wait for that; closing settles the watches.
             self.late_answers.close()
             self._join(self.part_threads, timeout)  # told to end by close() and release() above
-            self._report_unwritten()
+            unwritten = self._report_unwritten()
             self.stop_latch.close()
             started = self._started_at if self._started_at is not None else self._clock()
             self._summary = Summary(
@@ -551,17 +551,21 @@ class Daemon:
                 graveyard_by_outcome=self.graveyard.by_outcome(),
                 threads_died=[t.name for t in self.threads if t.failure is not None],
                 threads_alive=[t.name for t in self.threads if t.is_alive()],
+                records_unwritten=unwritten,
             )
             return self._summary
 
-    def _report_unwritten(self) -> None:
-        """Records an output file refused go to stderr, one JSON line each: nothing is lost."""
+    def _report_unwritten(self) -> int:
+        """Records an output file refused go to stderr, one JSON line each: nothing is lost. Returns how many."""
+        unwritten = 0
         for output in (self.graveyard, self.results, self.journal):
             lines = output.unwritten() if output is not None else []
             if lines:
                 log.error("%d records could not be written to %s; they follow on stderr", len(lines), output.path)
                 sys.stderr.write("".join(f"{line}\n" for line in lines))
                 sys.stderr.flush()
+                unwritten += len(lines)
+        return unwritten
 
     @staticmethod
     def _join(threads: list[ManagedThread], timeout: float) -> None:

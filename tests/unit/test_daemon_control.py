@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT, FakeClock
 from fakes import ScriptedTransport
+from full_disk import FillingDisk
 from thread_client.config import Config
 from thread_client.control.dead import DeadLetters
 from thread_client.control.feed import ConsoleFeed
@@ -19,7 +20,9 @@ from thread_client.control.panel import DaemonPanel
 from thread_client.daemon import Daemon
 from thread_client.delivery import EXACTLY_ONCE
 from thread_client.errors import RequeueRefused
+from thread_client.exits import StopReason
 from thread_client.io.graveyard import Graveyard
+from thread_client.io.results import Results
 from thread_client.io.sources import SyntheticSource
 from thread_client.io.resume import ResumePoint
 from thread_client.limits.keys import HostKeyPool, KeyPacing
@@ -27,19 +30,19 @@ from thread_client.limits.limiter import PausedBy
 from thread_client.limits.scopes import RuleScopes
 from thread_client.policy.retry import RetryPolicy
 from thread_client.profile import load_profile
-from thread_client.request import Work
+from thread_client.request import Request, Work
 from thread_client.requeue import REQUEUABLE
 
 BOUND = 5.0
 
 
-def daemon_of(tmp_path, earlier_sends=None, **settings) -> Daemon:
+def daemon_of(tmp_path, earlier_sends=None, sink=None, **settings) -> Daemon:
     config = Config(threads_per_key=1, state_dir=str(tmp_path / "state"), graveyard=str(tmp_path / "g.jsonl"),
                     **settings)
     keys = HostKeyPool.open(config.keys, state_dir=config.state_dir,
                             pacing=KeyPacing(RuleScopes(config.limit_rules), math.inf, config.http_timeout))
     return Daemon(config, source=SyntheticSource(), graveyard=Graveyard(None), keys=keys, earlier_sends=earlier_sends,
-                  transports=lambda key: ScriptedTransport([]), policy=RetryPolicy())
+                  transports=lambda key: ScriptedTransport([]), policy=RetryPolicy(), results=sink)
 
 
 def dead(*ids: str, requeue: int = 0) -> dict[str, dict]:
@@ -164,3 +167,15 @@ def test_a_dead_letter_whose_order_may_be_placed_is_asked_about_first_or_refused
         assert (queued["t"].resumed, queued["t"].sent_on, queued["r"].resumed) == (True, "k1", False)
     else:
         assert (sent, refused, list(queued)) == (["r"], ["t"], ["r"])
+
+
+def test_a_drain_whose_records_the_disk_refuses_exits_with_the_output_failed_code_whatever_stopped_the_run(tmp_path):
+    """A SIGTERM first, then the drain's records meet a full disk: they go to stderr, and the exit code says the
+    output failed (it once said 0: the first stop reason hid it)."""
+    results = Results(str(tmp_path / "results.jsonl"), write=FillingDisk(room=0))
+    daemon = daemon_of(tmp_path, sink=results, queue_size=4)
+    assert daemon.queues.submit(Request("a", 0.0))
+    daemon.request_stop(StopReason.SIGTERM)
+    summary = daemon.shutdown(join_timeout=BOUND)
+    assert summary.stop_reason is StopReason.SIGTERM and summary.records_unwritten == 1
+    assert summary.exit_code == StopReason.OUTPUT_FAILED.exit_code == 1

@@ -1006,15 +1006,23 @@ def test_at_least_once_a_duplicate_is_recorded_as_one_never_as_rejected_nor_sent
     rig.assert_clean()
 
 
-@pytest.mark.parametrize("steps", [(duplicate_id(),), (AnswerTimedOut("timed out"), duplicate_id())],
-                         ids=["first send", "settling a timeout"])
-def test_exactly_once_a_duplicate_is_the_first_copy_accepted(steps):
-    """Exactly-once sends one copy at a time, journaled: an exchange that has this request's client id has the copy
-    an earlier send (of this run, or before a restart) placed."""
-    rig = Rig(*steps, delivery=EXACTLY_ONCE, answers=ORDERS)
+def test_exactly_once_a_duplicate_after_an_earlier_send_of_its_own_is_that_copy_accepted():
+    """Exactly-once sends one copy at a time, journaled: an exchange that has this request's client id after a send
+    of it went unanswered has the copy that send placed."""
+    rig = Rig(AnswerTimedOut("timed out"), duplicate_id(), delivery=EXACTLY_ONCE, answers=ORDERS)
     rig.submit("r1")
     rig.handle_next()
     assert rig.queues.counts().accepted == 1 and rig.queues.graveyard.by_outcome() == {}
+    rig.assert_clean()
+
+
+def test_exactly_once_a_duplicate_with_no_earlier_send_of_its_own_is_recorded_as_the_duplicate_it_is():
+    """Nothing of this request left before: the order the exchange holds under its client id is another's (a line of
+    an earlier input, another client's). Once read as this request's own, accepted: it never was."""
+    rig = Rig(duplicate_id(), delivery=EXACTLY_ONCE, answers=ORDERS)
+    rig.submit("r1")
+    rig.handle_next()
+    assert rig.queues.counts().accepted == 0 and rig.queues.graveyard.by_outcome() == {"duplicate": 1}
     rig.assert_clean()
 
 
@@ -1038,4 +1046,19 @@ def test_a_retry_time_the_answer_does_not_hold_leaves_an_ordinary_retry():
     rig.handle_next()
     rig.handle_next()
     assert request.failures == 1 and rig.queues.counts().accepted == 1
+    rig.assert_clean()
+
+
+def test_a_late_answer_that_accepted_a_send_ends_its_retry_accepted_never_sent_again():
+    """At-least-once: the send timed out and its retry waits in the DLQ when the first copy's 200 arrives on the
+    watched connection. The retry once went out under a fresh nonce: a second order."""
+    rig = Rig(AnswerTimedOut("timed out"))
+    request = rig.submit("r1")
+    rig.handle_next()  # timed out: retried
+    permit = rig.key.limiter.acquire(timeout=0)  # the watched send's slot, as the worker keeps it
+    rig.key.watch_started(time.monotonic())
+    rig.worker._freed_late(permit, "r1", time.monotonic(), time.monotonic(), ok("r1"))
+    rig.handle_next()
+    assert rig.transport.nonces == [FIRST] and rig.queues.counts().accepted == 1
+    assert request.attempts == 1
     rig.assert_clean()

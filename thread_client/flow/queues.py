@@ -107,6 +107,9 @@ class QueueManager:
         self._in_flight = 0
         self._closed = False
         self._refused_as: tuple[FinalOutcome, str] = (FinalOutcome.SHUTDOWN, "")  # for a submit after close()
+        # Ids a late answer showed accepted while a send of theirs was retried: each ends accepted when next taken,
+        # never sent again. Held until then, or until the request ends another way: one entry per such answer.
+        self._placed_late: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<QueueManager {self.counts().identity()}>"
@@ -164,6 +167,20 @@ class QueueManager:
             self._in_flight += 1
         return request
 
+    def note_placed_late(self, req_id: str) -> None:
+        """A late answer to a send of ``req_id`` that timed out accepted it: the request, retried meanwhile, ends
+        accepted when next taken (``placed_late``), never sent again."""
+        with self._lock:
+            self._placed_late.add(req_id)
+
+    def placed_late(self, request: Request) -> bool:
+        """Whether a late answer showed ``request`` accepted (``note_placed_late``); the note is used up."""
+        with self._lock:
+            if request.req_id not in self._placed_late:
+                return False
+            self._placed_late.discard(request.req_id)
+            return True
+
     def accept(self, request: Request) -> None:
         """An in-flight request was accepted: its journey ends. It is counted so even if its durable
         record cannot be written; the OSError is then raised (the record is kept in memory and
@@ -172,10 +189,11 @@ class QueueManager:
             if self.results is not None:
                 self.results.record(request, FinalOutcome.ACCEPTED)
         finally:
-            self._count_accepted()
+            self._count_accepted(request)
 
-    def _count_accepted(self) -> None:
+    def _count_accepted(self, request: Request) -> None:
         with self._lock:
+            self._placed_late.discard(request.req_id)
             self._accepted += 1
             self._in_flight -= 1
             self._count_finished()
@@ -230,6 +248,7 @@ class QueueManager:
             self._record_burial(request, outcome, detail)
         finally:
             with self._lock:
+                self._placed_late.discard(request.req_id)
                 self._in_flight -= 1
                 self._count_finished()
 

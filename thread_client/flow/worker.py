@@ -120,8 +120,9 @@ class Worker(ManagedThread):
         self._classify = (answers or reference_table()).classify
         # The profile's order-status endpoint ([settle]): a send in doubt is settled by asking it, at its own cost.
         self._status = status
-        # Exactly-once with no status endpoint to ask: an exchange that says it has this request's client id has
-        # the copy an earlier send placed (one copy at a time, journaled): accepted by it.
+        # Exactly-once with no status endpoint to ask: an exchange that says it has this request's client id has the
+        # copy an earlier send of it placed (one copy at a time, journaled), if there was one: accepted by it. With
+        # none, the id is another order's (a line of an earlier input, another client): recorded as the duplicate.
         self._duplicate_accepted = self._settles and status is None
         self._status_costs = key.limiter.costs_of(status.endpoint, 1) if status is not None else None
         # Exactly-once after a crash: (request, nonce) the earlier run sent last on this key, unanswered.
@@ -228,6 +229,10 @@ class Worker(ManagedThread):
         return None
 
     def _handle(self, request: Request) -> None:
+        if self._queues.placed_late(request):  # a late answer to its earlier send accepted it: never sent again
+            self._conclude(request, Reading(Outcome.ACCEPTED, "accepted by a late answer to an earlier send"), None,
+                           self._clock())
+            return
         self._costs = self._costs_of(request)
         if request.sent_on and request.placed_maybe and not self._sends_here(request):
             return
@@ -787,8 +792,9 @@ class Worker(ManagedThread):
         try:
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
             reading = self._classify(answer.status, answer.body, request.req_id, answer.headers)
-            if reading.outcome is Outcome.DUPLICATE and self._duplicate_accepted:
-                reading = _EARLIER_COPY
+            if reading.outcome is Outcome.DUPLICATE and self._duplicate_accepted and (
+                    request.attempts > 1 or request.resumed or request.requeue):
+                reading = _EARLIER_COPY  # the copy placed is one of this request's own earlier sends
             accepted = self._accepted = reading.outcome is Outcome.ACCEPTED
             if reading.unmatched:
                 self._listener.unmatched_answer(answer.status)
@@ -823,6 +829,8 @@ class Worker(ManagedThread):
         try:
             if answer is not None:
                 reading = self._classify(answer.status, answer.body, req_id, answer.headers)
+                if reading.outcome is Outcome.ACCEPTED and req_id:  # the order is placed: it is not sent again
+                    self._queues.note_placed_late(req_id)
                 if reading.outcome is Outcome.RATE_LIMITED:
                     retry_after = _retry_after(reading, answer)
                     action = self._policy.decide(reading.outcome, 0, retry_after)

@@ -26,12 +26,17 @@ class Summary:
     graveyard_by_outcome: dict[str, int]
     threads_died: list[str]
     threads_alive: list[str]
+    #: Records an output file refused to the end (printed on stderr instead): whatever stopped the run first.
+    records_unwritten: int = 0
 
     @property
     def exit_code(self) -> int:
-        """1 when accounting or a thread went wrong, else the stop reason's code (see ``exits``)."""
+        """1 when accounting or a thread went wrong, or an output refused records (a drain that met a full disk,
+        after a stop of any reason), else the stop reason's code (see ``exits``)."""
         if not self.counts.balanced or self.threads_died or self.threads_alive:
             return 1
+        if self.records_unwritten:
+            return StopReason.OUTPUT_FAILED.exit_code
         if not self.reached_exchange and self.metrics.outcomes:
             return StopReason.NEVER_REACHED.exit_code
         return self.stop_reason.exit_code
@@ -65,6 +70,7 @@ class Summary:
             "reached_exchange": self.reached_exchange,
             "threads_died": self.threads_died,
             "threads_alive": self.threads_alive,
+            "records_unwritten": self.records_unwritten,
             "exit_code": self.exit_code,
         }
 
@@ -99,6 +105,9 @@ class Summary:
             lines.append(f"  {StopReason.NEVER_REACHED.value}: no answer came from it at all")
         if self.threads_died or self.threads_alive:
             lines.append(f"  threads died: {self.threads_died}  threads still alive: {self.threads_alive}")
+        if self.records_unwritten:
+            lines.append(f"  {self.records_unwritten} records an output file refused: printed on stderr "
+                         f"({StopReason.OUTPUT_FAILED.value})")
         return "\n".join(lines)
 
 

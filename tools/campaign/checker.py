@@ -392,6 +392,9 @@ def _check_runs(history: History) -> list[Violation]:
             if not summary.get("identity_holds", False):
                 violations.append(Violation("identity", f"run {run.number} ({run.member}): the accounting identity "
                                             "does not hold"))
+            if summary.get("records_unwritten") and run.exit_code == 0:
+                violations.append(Violation("exit", f"run {run.number} ({run.member}) exited 0 with "
+                                            f"{summary['records_unwritten']} records its outputs refused"))
             if summary.get("threads_died") or summary.get("threads_alive"):
                 violations.append(Violation("threads", f"run {run.number} ({run.member}): threads died "
                                             f"{summary.get('threads_died')} or outlived the stop "
