@@ -361,7 +361,8 @@ def build_daemon(config: Config, *, clock: Clock = monotonic, stop_latch: StopLa
     limits = RuleScopes(config.limit_rules, endpoint=profile.request.endpoint, endpoints=profile.request.endpoints,
                         server_clock=server_clock)
     # A request's own endpoint and weight, checked as its line is read: one the profile cannot send is invalid_input.
-    endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params, can_ask=profile.settle is not None)
+    can_ask = profile.settle is not None  # a send in doubt is settled by asking the exchange
+    endpoints = Endpoints(profile.request, config.limit_rules, profile.own_params, can_ask=can_ask)
     admit = endpoints.admit
     work = config.work_stream if config.from_stream else None
     pacing = KeyPacing(limits, order_latency, unanswered_hold=config.http_timeout, order_rule=order_rule,
@@ -390,11 +391,12 @@ def build_daemon(config: Config, *, clock: Clock = monotonic, stop_latch: StopLa
         # this member holds meanwhile would wait with it, so it takes none in, and members that can send take it over.
         source: RequestSource = StreamSource(work, config.member, held, writes, lease_ttl=config.lease_ttl,
                                              delivery=delivery, sending=lambda: any(key.may_send() for key in keys),
-                                             admit=admit)
+                                             admit=admit, can_ask=can_ask)
         results = StreamResults(work, config.member, held, writes, delivery=delivery,
-                                max_body_bytes=config.max_body_bytes)
-        # Right before each send: is the entry still this member's (exactly-once: and its send written down)?
-        journal = StreamJournal(work, config.member, held, writes, delivery=delivery)
+                                max_body_bytes=config.max_body_bytes, journals=can_ask)
+        # Right before each send: is the entry still this member's (and, where it is settled by asking or by its
+        # nonce, its send written down)?
+        journal = StreamJournal(work, config.member, held, writes, delivery=delivery, journals=can_ask)
     else:
         if config.source == "generate":
             source = SyntheticSource(config.load)

@@ -7,10 +7,13 @@ import json
 import signal
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
 import pytest
 
-from conftest import ROOT, stream_records, wait_for
+from conftest import KEYS, ROOT, stream_records, wait_for
+from thread_client.limits.keys import key_id
 from tools.harness.valkey_process import ValkeyProcess
 
 
@@ -141,3 +144,42 @@ def test_a_work_entry_goes_to_its_own_endpoint_at_its_own_cost(valkey, start_ser
     costs = {entry["id"]: entry.get("cost", 1) for entry in map(json.loads, ledger.read_text().splitlines())
              if entry["verdict"] == "accepted"}
     assert costs == {request_id: 4 if request_id.startswith("o-") else 1 for request_id in by_id}
+
+
+ORDERS_PROFILE = str(ROOT / "examples" / "profiles" / "reference-orders.toml")
+
+
+@pytest.mark.parametrize(("driven", "delivery"), [("both accounts", "at-least-once"), ("both accounts", "exactly-once"),
+                                                  ("the other account only", "at-least-once")])
+def test_an_entry_a_dead_member_sent_is_asked_about_in_the_account_that_placed_it(
+        valkey, start_server, client_process, tmp_path, driven, delivery):
+    """The dead member placed w-1..w-4 on desk-a's key, its journal says so. Asked from desk-b, an exchange
+    answers "not found" (an account keeps its own orders), and the order was placed a second time: the member
+    taking the entries over asks with desk-a's key, or, driving none of desk-a's, records them unknown. Under
+    exactly-once too: settled by asking like a single daemon, where they were once all recorded unknown."""
+    accounts = tmp_path / "accounts"
+    accounts.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
+    server = start_server("--max-latency-ms", "2", "--order-status", "--keys-file", str(accounts))
+    submit(valkey, tmp_path, requests(1, 10))
+    store = valkey.client()
+    store.xgroup_create("work", "g", id="0")
+    held = store.xreadgroup("g", "dead-member", {"work": ">"}, count=4)[0][1]
+    for n, (entry_id, _) in enumerate(held, 1):
+        query = urllib.parse.urlencode({"api_key": KEYS[0], "nonce": n, "req_id": f"w-{n}", "amount": n})
+        with urllib.request.urlopen(f"{server.url}/api/request?{query}", timeout=5) as answer:
+            assert answer.status == 200
+        store.hset("work:sent", entry_id, f"{key_id(KEYS[0])} {n} dead-member")
+    keys = tmp_path / "client-keys"
+    keys.write_text(accounts.read_text() if driven == "both accounts" else f"{KEYS[1]} s1 desk-b\n")
+    keys.chmod(0o600)
+    client = client_process(server, tmp_path, "--source", f"{valkey.url}?stream=work&group=g&reclaim=1",
+                            "--member", "alive", "--profile", ORDERS_PROFILE, "--keys-file", str(keys),
+                            "--delivery", delivery)
+    wait_for(lambda: len(stream_records(store)) == 10, timeout=60)
+    client.send_signal(signal.SIGTERM)
+    client.communicate(timeout=30)
+    outcomes = {request_id: found[0]["outcome"] for request_id, found in stream_records(store).items()}
+    taken_over = {f"w-{n}" for n in range(1, 5)}
+    expected = "accepted" if driven == "both accounts" else "unknown"
+    assert outcomes == {request_id: expected if request_id in taken_over else "accepted" for request_id in outcomes}
+    assert server.accepted() == {f"w-{n}": 1 for n in range(1, 11)}  # each placed once

@@ -42,10 +42,13 @@ class StreamResults:
     def __init__(
         self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *,
         delivery: Delivery = AT_LEAST_ONCE, max_body_bytes: int = defaults.MAX_BODY_BYTES, flush_every: float = 0.05,
+        journals: bool = False,
     ) -> None:
         self.work = work
         self.consumer = consumer
-        self._delivery = delivery  # exactly-once: each record also drops its entry's journal line
+        self._delivery = delivery
+        # Sends are journaled (exactly-once, or a profile that can ask): each record also drops its entry's line.
+        self._journals = journals or delivery.settles_ambiguous
         self._held = held
         self._writes = writes
         self._max_body = max_body_bytes
@@ -113,7 +116,7 @@ class StreamResults:
             self._waiting[:0] = batch
 
     def _write(self, batch: list[tuple[dict, str | None]]) -> None:
-        args = [self.work.group, self.consumer, "1" if self._delivery.settles_ambiguous else "0"]
+        args = [self.work.group, self.consumer, "1" if self._journals else "0"]
         for record, receipt in batch:
             dead = "1" if record["outcome"] in DEAD_LETTER_OUTCOMES else "0"
             args += [receipt or "", record["id"], record["outcome"], _record_text(record), dead]
@@ -173,13 +176,16 @@ class StreamJournal:
     """
 
     def __init__(self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *,
-                 delivery: Delivery = AT_LEAST_ONCE, retry_every: float = 0.25) -> None:
+                 delivery: Delivery = AT_LEAST_ONCE, retry_every: float = 0.25, journals: bool = False) -> None:
         self.work = work
         self.consumer = consumer
         self._held = held
         self._writes = writes
         self._checks = StoreWatch(f"sends from work stream {work.stream}")
         self._delivery = delivery
+        # Each send written down first (exactly-once, or a profile that can ask: whoever holds the entry next asks
+        # with the key it names, in the account that may hold its order).
+        self._journals = journals or delivery.settles_ambiguous
         self._retry_every = retry_every
         self._closed = threading.Event()
         self._store = work.address.connect()
@@ -194,12 +200,12 @@ class StreamJournal:
             return
         if not self._held.holds(entry):
             raise EntryTakenOver(entry)
-        settles = self._delivery.settles_ambiguous
-        # Exactly-once writes a line: said with the records. At-least-once only reads, which says nothing of
-        # writes: the source must go on waiting while the store refuses them.
-        watch = self._writes if settles else self._checks
+        journals = self._journals
+        # A journal line is a write: said with the records. Otherwise it only reads, which says nothing of writes:
+        # the source must go on waiting while the store refuses them.
+        watch = self._writes if journals else self._checks
         try:
-            mine = self._journal_send(entry, key, nonce) if settles else self._pending_here(entry)
+            mine = self._journal_send(entry, key, nonce) if journals else self._pending_here(entry)
         except StoreUnavailable as exc:
             watch.failed(exc, "nothing is sent until the store says its entry is still this member's")
             self._closed.wait(self._retry_every)

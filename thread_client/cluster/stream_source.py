@@ -91,9 +91,12 @@ class StreamSource:
         self, work: WorkStream, consumer: str, held: HeldEntries, writes: StoreWatch, *, lease_ttl: float,
         delivery: Delivery = AT_LEAST_ONCE, batch: int = 10, block: float = 0.25,
         clock: Callable[[], float] = time.monotonic, sending: Callable[[], bool] = lambda: True,
-        admit: Callable[[Work], Work | InvalidInput] | None = None,
+        admit: Callable[[Work], Work | InvalidInput] | None = None, can_ask: bool = False,
     ) -> None:
         self.work = work
+        # The profile can ask the exchange about an order ([settle]): an entry another member sent is asked about,
+        # with the key its journal line names, before it is sent again (sends are journaled then).
+        self._can_ask = can_ask
         # The profile's check of an entry's endpoint and weight (``Endpoints.admit``).
         self._admit = admit
         # Whether this member holds a key to send with now (its key pool's leases).
@@ -243,16 +246,23 @@ class StreamSource:
         return reply[0], claimed
 
     def _resumed(self, store: "redis.Redis", item: Work | InvalidInput) -> Work | InvalidInput | UnknownFate:
-        """An entry delivered before: it may have been sent already. At-least-once sends it again (marked
-        resumed); exactly-once never does if the journal says it left: its fate is recorded unknown."""
+        """An entry delivered before: it may have been sent already. Where the profile can ask, the journal names
+        the key its last send went on: it is asked about in that key's account before any resend (the line is this
+        member's from now on, the key kept in it, so a crash before the next send still names it). Otherwise
+        at-least-once sends it again (marked resumed), and exactly-once never does if the journal says it left:
+        its fate is recorded unknown."""
         if not isinstance(item, Work):
             return item
-        if not self._delivery.settles_ambiguous:
+        if not (self._delivery.settles_ambiguous or self._can_ask):
             return replace(item, resumed=True)
         with store_call():
             sent = store.hget(self.work.sent, item.receipt)
-        if sent is not None:
-            key, nonce = sent.split(" ")[:2]  # "key-id nonce consumer"
+        if sent is None:
+            return replace(item, resumed=True)
+        key, nonce = sent.split(" ")[:2]  # "key-id nonce consumer"
+        if not self._can_ask:
             return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "
                                         "answer was known; exactly-once does not send it again", item.receipt)
-        return replace(item, resumed=True)
+        with store_call():
+            store.hset(self.work.sent, item.receipt, f"{key} {nonce} {self.consumer}")
+        return replace(item, resumed=True, sent_on=key)
