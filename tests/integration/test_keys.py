@@ -161,8 +161,9 @@ def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meet
         start_server, client_process, tmp_path):
     """Seed 9307: the first run's sends into the frozen exchange were unanswered when it stopped (SIGTERM), and the
     exchange stamped them as it thawed, inside the next run's first window: that run had waited only the limits'
-    memory at its start, and was refused for its own sends (13 rejections). The stop writes down until when each
-    key's sends in doubt may count, and the next run holds the key until then."""
+    memory at its start, and was refused for its own sends (13 rejections). The stop writes down how many of each
+    key's sends are in doubt and until when they may count, and the next run counts them as sends until then:
+    here they are the whole ring, so it sends nothing."""
     server = start_server("--max-latency-ms", "5", "--rate", "5")
     keys_file = tmp_path / "keys.txt"
     keys_file.write_text(f"{KEYS[0]}\n")
@@ -188,8 +189,8 @@ def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meet
         assert first.returncode == 0, out
         assert read_summary(first_dir)["late_answer_caps"] == 5  # still watched at the stop: in doubt
         second = client_process(server, second_dir, *args, "--metrics-port", str(ports[1]), "--log-file", str(log))
-        # The next run holds the key (its log says so), or has sent its whole ring into the freeze.
-        wait_for(lambda: "first send in" in _text(log)
+        # The next run counts the sends in doubt (its log says so), or has sent its whole ring into the freeze.
+        wait_for(lambda: "sends unanswered, which the exchange may count" in _text(log)
                  or _metric(ports[1], f'limit_remaining{{key="{mask(KEYS[0])}",') == 0)
     second.send_signal(signal.SIGTERM)
     out, _ = second.communicate(timeout=30)
@@ -201,7 +202,9 @@ def test_a_daemon_stopped_during_a_freeze_and_started_again_before_the_thaw_meet
     wait_for(lambda: sum(server.stats()["totals"][name] for name in ("accepted", "invalid_nonce", "rate_limited",
                                                                     "blocked")) >= sent)
     assert server.stats()["totals"]["rate_limited"] == 0
-    assert f"{mask(KEYS[0])}: first send in 1" in _text(log)  # the cap and a window from the stop: 120 s and more
+    # The cap and a window from the stop: 120 s and more.
+    assert (f"{mask(KEYS[0])}: the last run on this state dir stopped with 5 sends unanswered, which the exchange may "
+            "count for 1") in _text(log)
     assert read_summary(second_dir)["accepted"] == 0
 
 

@@ -84,13 +84,31 @@ def test_the_limiter_knows_until_when_the_sends_it_took_back_unanswered_may_be_s
     """What weighs in the server's limits beyond the sends in flight, which a stop must record: the latest
     unanswered hold; an answer or a cancel sets none."""
     lim = limiter(clock, unanswered_hold=1.0)
-    assert lim.unanswered_until == -math.inf
+    assert lim.unanswered() == (0, -math.inf)
     reset, answered = lim.acquire(timeout=0), lim.acquire(timeout=0)
     lim.release(reset, answered_at=None)
     clock.advance(0.5)
     lim.release(answered, answered_at=clock())
     lim.cancel(lim.acquire(timeout=0))
-    assert lim.unanswered_until == clock() - 0.5 + 1.0
+    assert lim.unanswered() == (1, clock() - 0.5 + 1.0)
+    clock.advance(0.5)
+    assert lim.unanswered() == (0, -math.inf)  # past: it can no longer be stamped
+
+
+def test_sends_an_earlier_run_left_in_doubt_are_counted_until_they_can_land_and_the_key_sends_with_the_rest(clock):
+    """A key of 20 a window with 6 sends of its last run in doubt sends 14 a window until they are past (it once
+    sent nothing until then); more than its rules can take now, and the caller holds it instead."""
+    lim = limiter(clock, rate=20, window=1.0)
+    assert lim.expect_late_stamps(6, clock() + 30.0)
+    assert lim.unanswered() == (6, clock() + 30.0)
+    sent = 0
+    while lim.wait_ready(timeout=0):
+        lim.release(lim.acquire(timeout=0), clock(), accepted=True)
+        sent += 1
+    assert sent == 14
+    clock.advance(30.0 + 1.0 + 0.01)
+    assert lim.state().remaining == (("--rate per --window-ms", 20),)
+    assert not limiter(clock, rate=5, window=1.0).expect_late_stamps(6, clock() + 30.0)
 
 
 def test_order_rule_waits_for_the_answer_or_the_order_latency(clock):

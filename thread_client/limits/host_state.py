@@ -75,21 +75,27 @@ class KeyState:
         _write_durably(self.strikes_path, strikes)
         return strikes
 
-    def read_stamped_until(self) -> float:
+    def read_stamped_until(self) -> tuple[float, int | None]:
         """Until when (wall-clock seconds) sends of the last run on this key, unanswered at its stop, may still
-        weigh in the server's limits (0 if none is recorded). Raises ValueError, naming the file and what it
-        holds, if the record is not a whole number of milliseconds: unlike a nonce mark or a count of strikes,
-        the caller can take it on the safe side and rewrite it."""
+        weigh in the server's limits (0 if none is recorded), and how many they were (None: a record from before
+        runs counted them). Raises ValueError, naming the file and what it holds, if the record is not a whole
+        number of milliseconds and a count: unlike a nonce mark or a count of strikes, the caller can take it on
+        the safe side and rewrite it."""
         text = _read_text(self._stamped_path)
         try:
-            return int(text or 0) / 1000
+            until, *units = (text or "0").split()
+            if len(units) > 1 or (units and int(units[0]) < 0):
+                raise ValueError
+            return int(until) / 1000, int(units[0]) if units else None
         except ValueError:
-            raise ValueError(f"{self._stamped_path} holds {text[:40]!r}, not a whole number of milliseconds") from None
+            raise ValueError(f"{self._stamped_path} holds {text[:40]!r}, not a whole number of milliseconds and a "
+                             "count") from None
 
-    def write_stamped_until(self, until: float) -> None:
-        """Record durably that sends unanswered as this run stops may weigh in the server's limits until
-        ``until`` (wall-clock seconds, kept in whole milliseconds rounded up: never cut short)."""
-        _write_durably(self._stamped_path, math.ceil(until * 1000))
+    def write_stamped_until(self, until: float, units: int | None) -> None:
+        """Record durably that ``units`` sends unanswered as this run stops (None: how many is not known) may
+        weigh in the server's limits until ``until`` (wall-clock seconds, kept in whole milliseconds rounded up:
+        never cut short)."""
+        _write_durably(self._stamped_path, f"{math.ceil(until * 1000)}{'' if units is None else f' {units}'}")
 
     def reserve(self, wanted: int) -> tuple[int, int]:
         """A block of nonces from ``wanted``, covered by a durable mark before it is used (``Reserve``)."""
@@ -122,8 +128,8 @@ def _read_number(path: Path) -> int:
                           "catch up through a few invalid-nonce refusals)") from None
 
 
-def _write_durably(path: Path, number: int) -> None:
-    """Replace ``path``'s number so that a crash or a power loss leaves the old one or the new one, never
+def _write_durably(path: Path, number: int | str) -> None:
+    """Replace ``path``'s number (or numbers) so that a crash or a power loss leaves the old one or the new one, never
     a torn one, nor an old one after the call returned: a temporary file, fsync, an atomic rename, and
     an fsync of the folder (which makes the rename itself durable)."""
     temporary = path.with_suffix(path.suffix + ".tmp")

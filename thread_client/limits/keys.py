@@ -372,7 +372,7 @@ class HostKeyPool(BaseKeyPool):
         account_of = dict(zip(secrets, accounts))
         states: list[KeyState] = []
         keys = []
-        records: list[float] = []  # until when (wall clock) each key's last run may count, as it recorded
+        records: list[tuple[float, int | None]] = []  # until when (wall clock) each key's last run may count, how many
         try:
             for secret, name in shown_names(secrets).items():
                 state = KeyState(state_dir, secret, name)
@@ -388,7 +388,7 @@ class HostKeyPool(BaseKeyPool):
             for state in states:
                 state.unlock()
             raise
-        _hold_for_last_run(keys, records, pacing.limits, now)
+        _hold_for_last_run(keys, records, pacing.limits, now, memory, pacing.clock)
         return cls(keys, states, late_answer_cap=late_answer_cap, memory=memory, clock=pacing.clock, wall=wall)
 
     def release(self) -> None:
@@ -401,54 +401,67 @@ class HostKeyPool(BaseKeyPool):
         self._released = True
         now, wall_now = self._clock(), self._wall()
         for key, state in zip(self._keys, self._states):
-            stamped_for = self._stamped_for(key, now)
+            units, stamped_for = self._in_doubt(key, now)
             if stamped_for > 0:
                 try:
-                    state.write_stamped_until(wall_now + stamped_for)
+                    state.write_stamped_until(wall_now + stamped_for, units)
                 except OSError as exc:
                     log.error("%s: the state dir refused the record of its unanswered sends (%s): a run started "
                               "within %.0f s may be refused for them", key.name, exc, stamped_for)
             state.unlock()
 
-    def _stamped_for(self, key: ApiKey, now: float) -> float:
-        """How long from ``now`` the key's sends still in doubt may weigh in the server's limits (0: none is),
-        a stamp weighing the limits' memory: one watched for its late answer may be stamped until the watch's
-        cap, one in flight unwatched (its worker did not stop in time: the process abandons it) until the cap
-        from now, one given back unanswered (reset after it left) until its limiter's unanswered hold. Every
-        send of this run came after the hold its start read, so this outlasts the last run's record: a key with
-        no send in doubt leaves that record as it is."""
+    def _in_doubt(self, key: ApiKey, now: float) -> tuple[int, float]:
+        """How many of the key's sends are still in doubt, and how long from ``now`` they may weigh in the server's
+        limits (0: none does), a stamp weighing the limits' memory: one watched for its late answer may be stamped
+        until the watch's cap, one in flight unwatched (its worker did not stop in time: the process abandons it)
+        until the cap from now, one given back unanswered (reset after it left, or an earlier run's, still
+        expected) until its limiter's bound for it. Every send of this run came after what its start expected, so
+        this outlasts the last run's record: a key with no send in doubt leaves that record as it is."""
         watching, in_flight = key.watching, key.limiter.state().in_flight
         since = now if in_flight > watching else key.watched_since()
         watched_until = -math.inf if since is None else since + self._late_answer_cap
-        return max(0.0, max(watched_until, key.limiter.unanswered_until) + self._memory - now)
+        unanswered, unanswered_until = key.limiter.unanswered()
+        units = max(in_flight, watching) + unanswered
+        return units, max(0.0, max(watched_until, unanswered_until) + self._memory - now)
 
 
-def _last_run_record(state: KeyState, bound: float, now: float) -> float:
+def _last_run_record(state: KeyState, bound: float, now: float) -> tuple[float, int | None]:
     """Until when (wall-clock seconds) the sends the last run left unanswered on ``state``'s key may weigh in the
-    server's limits, as that run recorded; ``bound`` from ``now`` at most, the longest they can. A record past it
-    (written under a wall clock since set back) or not a number is taken at the bound, the safe side, and
-    replaced with it: the next run reads a true one. OSError if the state dir cannot read or write it (as for
-    the nonce mark)."""
+    server's limits, as that run recorded, and how many they were (None: not known); ``bound`` from ``now`` at
+    most, the longest they can. A record past it (written under a wall clock since set back) or not a number is
+    taken at the bound, the safe side, and replaced with it (how many then not known): the next run reads a true
+    one. OSError if the state dir cannot read or write it (as for the nonce mark)."""
     try:
-        until = state.read_stamped_until()
+        until, units = state.read_stamped_until()
     except ValueError as exc:
-        until = math.inf
+        until, units = math.inf, None
         log.warning("%s: %s: taken as the longest the last run's unanswered sends may count (%.1f s), and rewritten",
                     state.name, exc, bound)
-    if until > now + bound:
-        until = now + bound
-        state.write_stamped_until(until)
-    return until
+    if until > now + bound + 0.001:  # a millisecond: the record is rounded up
+        until, units = now + bound, None
+        state.write_stamped_until(until, units)
+    return until, units
 
 
-def _hold_for_last_run(keys: Sequence[ApiKey], records: Sequence[float], limits: RuleScopes, now: float) -> None:
-    """Hold each key until the latest of ``records`` (each key's, in wall-clock seconds) of itself and of the
-    keys sharing a limit state with it (an account's, the host's): a send in doubt weighs in every state its key
-    spends from, so a sharer that spent a shared budget at once would be struck by its late stamp."""
+def _hold_for_last_run(keys: Sequence[ApiKey], records: Sequence[tuple[float, int | None]], limits: RuleScopes,
+                       now: float, memory: float, clock: Clock) -> None:
+    """Make each key wait for the sends the last run left unanswered on it (``records``: each key's, in wall-clock
+    seconds, with how many they were). Where the run counted them and the key's rules can hold them, each is
+    counted as a send that may be stamped until its bound (``expect_late_stamps``), in every state its key spends
+    from (an account's, the host's too): the key and its sharers send with the rest. Else the key is held until
+    the latest record of itself and of the keys sharing a limit state with it: a sharer that spent a shared budget
+    at once would be struck by the late stamp."""
+    expected = set()
+    for key, (until, units) in zip(keys, records):
+        if until > now and units is not None and key.limiter.expect_late_stamps(units, clock() + until - memory - now):
+            expected.add(key)
+            log.warning("%s: the last run on this state dir stopped with %d sends unanswered, which the exchange may "
+                        "count for %.1f s: each is counted as a send until then, and the key sends with the rest",
+                        key.name, units, until - now)
     for key in keys:
-        until, by = max(((until, other) for other, until in zip(keys, records)
-                         if other is key or limits.share_state(key.account, other.account)),
-                        key=lambda pair: (pair[0], pair[1] is key))  # its own record first, of equal ones
+        until, by = max(((until, other) for other, (until, _) in zip(keys, records) if other not in expected
+                         and (other is key or limits.share_state(key.account, other.account))),
+                        key=lambda pair: (pair[0], pair[1] is key), default=(-math.inf, key))
         if until > now:
             key.limiter.hold(until - now)
             whose = "on it" if by is key else f"on {by.name} (which shares a limit with it)"

@@ -167,7 +167,9 @@ class ThreadSafeRateLimiter:
         self._looking_threads = 0  # threads in acquire() or wait_ready(); read without the lock by _wake
         self._order_open_at = -math.inf
         self._held_until = -math.inf
-        self._unanswered_until = -math.inf  # the latest a send given back unanswered may be stamped
+        # When each send given back unanswered (or an earlier run's, expected) may be stamped at the latest; those
+        # past are dropped as it is read.
+        self._unanswered: list[float] = []
         self._sequence = 0
         self._last_sent_at = -math.inf  # the latest first send's departure, and whether it is answered yet
         self._last_answered = True
@@ -363,7 +365,7 @@ class ThreadSafeRateLimiter:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
                 stamped_by = self._clock() + self._unanswered_hold
-                self._unanswered_until = max(self._unanswered_until, stamped_by)
+                self._note_unanswered(stamped_by)
                 self._settle(permit, stamped_by)
                 self._no_answer_coming(permit, stamped_by)
             else:
@@ -453,12 +455,38 @@ class ThreadSafeRateLimiter:
     def _gap(self) -> float:
         return self._order_rule.gap if self._order_rule is not None else self._order_latency
 
-    @property
-    def unanswered_until(self) -> float:
-        """Until when (this limiter's clock) a send given back unanswered may still be stamped (-inf: none was):
-        beyond the sends in flight, what may yet weigh in the server's limits (a stop records it)."""
+    def unanswered(self) -> tuple[int, float]:
+        """How many sends given back unanswered (or an earlier run's, expected) may still be stamped, and until
+        when at the latest (this limiter's clock; -inf: none may): beyond the sends in flight, what may yet weigh in
+        the server's limits (a stop records it)."""
         with self._lock:
-            return self._unanswered_until
+            self._unanswered = [until for until in self._unanswered if until > self._clock()]
+            return len(self._unanswered), max(self._unanswered, default=-math.inf)
+
+    def _note_unanswered(self, stamped_by: float) -> None:
+        """Called with the lock held."""
+        now = self._clock()
+        self._unanswered = [until for until in self._unanswered if until > now]
+        self._unanswered.append(stamped_by)
+
+    def expect_late_stamps(self, units: int, stamped_by: float) -> bool:
+        """``units`` sends of an earlier run or owner of the key, unanswered, may still be stamped by the server
+        at any instant until ``stamped_by`` (this limiter's clock): each rule counts each as a send of the usual
+        cost stamped then at the latest, and the key sends with the rest of its budget meanwhile (a key of 20 per
+        window with 6 such sends sends 14 per window until they are past), where a hold would send nothing.
+        False if the rules could not take them all now (the caller holds the key instead; those taken stay
+        counted, the safe side)."""
+        with self._changed, self._shared_locked():
+            now = self._clock()
+            for _ in range(units):
+                if any(cost and state.ready_at(now, cost) > now
+                       for (state, _), cost in zip(self._rules, self._usual_costs)):
+                    return False
+                for (state, _), cost in zip(self._rules, self._usual_costs):
+                    if cost:
+                        state.settle(state.take(now, cost), max(now, stamped_by))
+                self._note_unanswered(stamped_by)
+        return True
 
     def hold(self, seconds: float) -> None:
         """Allow no send for ``seconds`` from now (e.g. a window at start-up, for the stamps
