@@ -115,14 +115,20 @@ def keys_file(tmp_path: Path, lines: str) -> str:
     return str(path)
 
 
-def crashed_after_placing(server, tmp_path: Path, placed_by: str) -> None:
-    """What a run killed after its send of order-0 on ``placed_by`` left: the exchange has the order, the
-    run's send journal names that key, and no record ends the order."""
-    answer = requests.get(f"{server.url}/api/request", params={"api_key": placed_by, "nonce": 1, "req_id": "order-0"},
+def crashed_after_placing_on_desk_a(start_server, tmp_path: Path):
+    """An exchange whose keys trade for two accounts (desk-a, desk-b), and what a run killed after its send of
+    order-0 on desk-a's key left: the exchange has the order, the run's send journal names that key, and no
+    record ends the order. Returns the server."""
+    accounts = tmp_path / "accounts"
+    accounts.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
+    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(tmp_path / "ledger.jsonl"),
+                          "--order-status", "--keys-file", str(accounts))
+    answer = requests.get(f"{server.url}/api/request", params={"api_key": KEYS[0], "nonce": 1, "req_id": "order-0"},
                           timeout=5)
     assert answer.status_code == 200
     (tmp_path / "results.jsonl.sent").write_text(json.dumps(
-        {"id": "order-0", "key": key_id(placed_by), "nonce": 1, "params": {"qty": "1"}}) + "\n")
+        {"id": "order-0", "key": key_id(KEYS[0]), "nonce": 1, "params": {"qty": "1"}}) + "\n")
+    return server
 
 
 def test_an_order_resumed_after_a_crash_is_never_placed_again_by_a_key_of_another_account(start_server, tmp_path):
@@ -130,11 +136,7 @@ def test_an_order_resumed_after_a_crash_is_never_placed_again_by_a_key_of_anothe
     status ask cannot find desk-a's order (an exchange keeps an order in the account that placed it): it would
     answer "not found", and the order would be placed a second time. No key here can ask desk-a: the order
     ends ``unknown``, saying why, and the exchange holds it once."""
-    ledger, keys = tmp_path / "ledger.jsonl", tmp_path / "keys"
-    keys.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
-    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
-                          "--keys-file", str(keys))
-    crashed_after_placing(server, tmp_path, placed_by=KEYS[0])
+    server = crashed_after_placing_on_desk_a(start_server, tmp_path)
     place_orders(server, tmp_path, "--keys-file", keys_file(tmp_path, f"{KEYS[1]} s1 desk-b\n"))
     records = {record["id"]: record for record in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert records["order-0"]["outcome"] == "unknown"
@@ -147,11 +149,7 @@ def test_an_order_resumed_after_a_crash_is_never_placed_again_by_a_key_of_anothe
 def test_an_order_resumed_after_a_crash_is_asked_about_by_the_key_that_placed_it(start_server, tmp_path):
     """Both keys are driven again, desk-b's first: whichever worker takes the order up, the ask goes out on
     desk-a's key, which finds it: accepted, placed once."""
-    ledger, keys = tmp_path / "ledger.jsonl", tmp_path / "keys"
-    keys.write_text(f"{KEYS[0]} s0 desk-a\n{KEYS[1]} s1 desk-b\n")
-    server = start_server("--max-latency-ms", "2", "--seed", "1", "--ledger", str(ledger), "--order-status",
-                          "--keys-file", str(keys))
-    crashed_after_placing(server, tmp_path, placed_by=KEYS[0])
+    server = crashed_after_placing_on_desk_a(start_server, tmp_path)
     place_orders(server, tmp_path, "--keys-file", keys_file(tmp_path, f"{KEYS[1]} s1 desk-b\n{KEYS[0]} s0 desk-a\n"))
     assert outcomes(tmp_path) == {order: "accepted" for order in ORDERS}
     assert server.accepted() == {order: 1 for order in ORDERS}

@@ -508,6 +508,14 @@ def refuse_bad_command_line(flags: list[str], folder: Path) -> subprocess.Comple
     # Run from the seed's folder: a relative path the daemon takes creates nothing in the repository.
     process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    result = _ended(process, command)
+    # Kept with the seed's files: a violation's traceback is read there.
+    (folder / "bad-command.log").write_text(f"{' '.join(command)}\n{result.stdout}{result.stderr}")
+    return result
+
+
+def _ended(process: subprocess.Popen, command: list[str]) -> subprocess.CompletedProcess:
+    """``process`` run to its end: stopped with SIGTERM after 20 s, killed 15 s later (exit code -1 then)."""
     try:
         stdout, stderr = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
