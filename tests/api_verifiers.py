@@ -237,14 +237,20 @@ class BinanceLike:
     where ``timestamp < server time + 1000`` and ``server time - timestamp <= recvWindow`` (default 5000, at most
     60000). ``POST /api/v3/order`` places an order under ``newClientOrderId`` (-2010 "Duplicate order sent." for
     one it has); ``GET /api/v3/order`` finds one by ``symbol`` and ``origClientOrderId`` (-2013 if none). An id in
-    ``unknown_once`` is placed, its first answer -1007, "execution status unknown", as a backend timeout gives."""
+    ``unknown_once`` is placed, its first answer -1007, "execution status unknown", as a backend timeout gives. An
+    order under an id in ``waf_once`` is first refused by the firewall in front ("HTTP Return Codes": 403, "a WAF
+    (Web Application Firewall) rule has been violated"), before the API reads its key or places anything; the
+    docs show no body for it: a firewall's own page."""
 
     time_path = "/api/v3/time"
+    WAF_PAGE = "<html><head><title>403 Forbidden</title></head><body><h1>403 Forbidden</h1></body></html>"
 
-    def __init__(self, secrets: dict[str, str], unknown_once: frozenset[str] = frozenset()) -> None:
+    def __init__(self, secrets: dict[str, str], unknown_once: frozenset[str] = frozenset(),
+                 waf_once: frozenset[str] = frozenset()) -> None:
         """``secrets``: each key's secret."""
         self._secrets = secrets
         self._unknown_once = set(unknown_once)
+        self._waf_once = set(waf_once)
         self._order_ids = itertools.count(28)
         self.orders: dict[str, dict] = {}  # every order placed, by its client id
 
@@ -252,6 +258,10 @@ class BinanceLike:
         return Answer(200, {"serverTime": now_ms})
 
     def answer(self, request: Received, now_ms: int) -> Answer:
+        client_id = request.query_params().get("newClientOrderId")
+        if (request.method, request.path) == ("POST", "/api/v3/order") and client_id in self._waf_once:
+            self._waf_once.discard(client_id)
+            return Answer(403, self.WAF_PAGE)
         key = request.headers.get("X-MBX-APIKEY", "")
         if key not in self._secrets:
             return self._error(401, -2015, "Invalid API-key, IP, or permissions for action.")

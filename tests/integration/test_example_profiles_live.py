@@ -178,6 +178,26 @@ def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_th
     assert verifier.refused == [Answer(200, binance.orders["order-0"])]  # the status ask's answer: found
 
 
+def test_binance_spot_like_rides_out_a_waf_refusal_with_its_key_kept_and_places_the_order_once(tmp_path):
+    """Issue 41, 4.9: a 403 from Binance's firewall (a WAF rule) says nothing of the key: the one key is not retired,
+    and the order, refused before the API read it (unavailable: not taken, nothing to ask), is sent again and placed
+    once; the run ends as any run does. The example as it is, but for its limits' windows cut to 1 s."""
+    profile = tmp_path / "binance-spot-like.toml"
+    text = (PROFILES / "binance-spot-like.toml").read_text()
+    profile.write_text(text.replace("period_ms = 60000", "period_ms = 1000").replace("period_ms = 10000",
+                                                                                      "period_ms = 1000"))
+    binance = BinanceLike({"vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A": "binance-secret-1"},
+                          waf_once=frozenset({"order-0"}))
+    with Verifier(binance) as verifier:
+        summary = run_example(verifier, tmp_path, profile,
+                              "vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A binance-secret-1\n",
+                              '{"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}')
+    assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
+    assert summary["stop_reason"] != "all keys retired", summary
+    assert list(binance.orders) == ["order-0"] and [sent.method for sent in verifier.accepted] == ["POST"]
+    assert verifier.refused == [Answer(403, BinanceLike.WAF_PAGE)]  # and no ask: the firewall took nothing
+
+
 # -- an order in doubt, settled by asking ([settle]) -----------------------------------------------------------
 
 def asked(verifier: Verifier) -> list[Answer]:
@@ -185,16 +205,21 @@ def asked(verifier: Verifier) -> list[Answer]:
     return verifier.refused
 
 
-def test_kraken_like_settles_an_internal_error_by_asking_query_orders_and_places_one_order(tmp_path):
-    """"EGeneral:Internal error" on an order Kraken did place, and filled: its cl_ord_id is free again, so a resend
-    would be a second order. The daemon asks QueryOrders by cl_ord_id, finds it, and ends it accepted. The example
-    as it is, but for its counters (60 and 15, a minute's start-up hold), cut to 10 draining 20 a second."""
+def quick_kraken(tmp_path: Path) -> tuple[Path, str]:
+    """The Kraken-like example as it is, with its hook, but for its counters (60 and 15: a minute's start-up hold),
+    cut to 10 draining 20 a second; and a key's secret."""
     text = (PROFILES / "kraken-like.toml").read_text()
     profile = tmp_path / "kraken-like.toml"
     profile.write_text(text.replace("max = 60\ndecay_per_s = 1.0", "max = 10\ndecay_per_s = 20.0")
                        .replace("max = 15\ndecay_per_s = 0.33", "max = 10\ndecay_per_s = 20.0"))
     (tmp_path / "kraken_like_sign.py").write_bytes((PROFILES / "kraken_like_sign.py").read_bytes())
-    secret = base64.b64encode(b"kraken secret of the key").decode()
+    return profile, base64.b64encode(b"kraken secret of the key").decode()
+
+
+def test_kraken_like_settles_an_internal_error_by_asking_query_orders_and_places_one_order(tmp_path):
+    """"EGeneral:Internal error" on an order Kraken did place, and filled: its cl_ord_id is free again, so a resend
+    would be a second order. The daemon asks QueryOrders by cl_ord_id, finds it, and ends it accepted."""
+    profile, secret = quick_kraken(tmp_path)
     kraken = KrakenLike({"kraken-key-0001": secret}, unknown_once=frozenset({"order-0"}))
     with Verifier(kraken) as verifier:
         summary = run_example(verifier, tmp_path, profile, f"kraken-key-0001 {secret}\n", KRAKEN_ORDER)
@@ -207,12 +232,7 @@ def test_kraken_like_settles_an_internal_error_by_asking_query_orders_and_places
 def test_kraken_like_sends_an_order_again_only_once_two_asks_found_none(tmp_path):
     """The same answer on an order Kraken did not place: asked, not found; asked again once no first copy can be
     taken any more, not found; then sent again under the same cl_ord_id, and placed once."""
-    text = (PROFILES / "kraken-like.toml").read_text()
-    profile = tmp_path / "kraken-like.toml"
-    profile.write_text(text.replace("max = 60\ndecay_per_s = 1.0", "max = 10\ndecay_per_s = 20.0")
-                       .replace("max = 15\ndecay_per_s = 0.33", "max = 10\ndecay_per_s = 20.0"))
-    (tmp_path / "kraken_like_sign.py").write_bytes((PROFILES / "kraken_like_sign.py").read_bytes())
-    secret = base64.b64encode(b"kraken secret of the key").decode()
+    profile, secret = quick_kraken(tmp_path)
     kraken = KrakenLike({"kraken-key-0001": secret}, unplaced_once=frozenset({"order-0"}))
     with Verifier(kraken) as verifier:
         summary = run_example(verifier, tmp_path, profile, f"kraken-key-0001 {secret}\n", KRAKEN_ORDER)

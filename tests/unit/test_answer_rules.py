@@ -72,6 +72,27 @@ def test_a_field_may_be_required_absent():
 
 
 
+def test_a_field_may_match_a_pattern_in_its_text_or_in_any_one_item_of_its_array():
+    """Kraken's errors are strings in an array, in no promised order, a warning ("W...") maybe first: a pattern is
+    searched in a string's or a number's text, and in each item of an array until one holds it."""
+    rules = table('[[answers.rule]]\nstatus = 200\nfield = "error"\nmatches = \'^EAPI:Invalid nonce\'\n'
+                  'outcome = "invalid_nonce"\n'
+                  '[[answers.rule]]\nstatus = 400\nfield = "code"\nmatches = "^-100[67]$"\noutcome = "ambiguous"\n'
+                  '[[answers.rule]]\nstatus = 503\nheader = "X-State"\nmatches = "^unknown"\noutcome = "ambiguous"\n')
+    for payload in ({"error": ["EAPI:Invalid nonce"]}, {"error": ["WGeneral:Slow", "EAPI:Invalid nonce"]},
+                    {"error": "EAPI:Invalid nonce"}):
+        assert rules.classify(200, body(payload), "7").outcome is Outcome.INVALID_NONCE, payload
+    for other in ({"error": []}, {"error": ["WGeneral:EAPI:Invalid nonce"]}, {"error": [["EAPI:Invalid nonce"]]},
+                  {"error": [{"e": "EAPI:Invalid nonce"}]}, {"result": {"descr": "EAPI:Invalid nonce"}}):
+        assert rules.classify(200, body(other), "7").outcome is Outcome.BAD_ANSWER, other  # nowhere but the array
+    assert rules.classify(400, body({"code": -1006}), "7").outcome is Outcome.AMBIGUOUS  # a number's text
+    assert rules.classify(400, body({"code": "-1007"}), "7").outcome is Outcome.AMBIGUOUS
+    assert rules.classify(400, body({"code": -10070}), "7").outcome is Outcome.SERVER_ERROR
+    assert rules.classify(400, body({"code": True}), "7").outcome is Outcome.SERVER_ERROR
+    assert rules.classify(503, b"", "7", {"x-state": "unknown, ask"}).outcome is Outcome.AMBIGUOUS
+    assert rules.classify(503, b"", "7", {"x-state": "known"}).outcome is Outcome.SERVER_ERROR
+
+
 def test_a_boolean_matches_only_a_boolean_never_1_or_0():
     """``true == 1`` in Python: an exchange's ``"ok": 1`` (or a code 0) must not read as a rule's ``equals = true``
     (or ``false``), nor a ``true`` as ``equals = 1``."""
@@ -158,12 +179,19 @@ BROKEN_RULES = [
     ('[[answers.rule]]\nstatus = 200\nheader = "B"\nequals = []\noutcome = "rejected"\n', 4, "a header holds text"),
     ('[[answers.rule]]\nstatus = 200\nheader = "B c"\noutcome = "rejected"\n', 3, "header must be an HTTP token"),
     ('[[answers.rule]]\nstatus = 200\nfield = "a"\nabsent = true\nequals = 1\noutcome = "rejected"\n', 4,
-     "absent, equals and one_of: give one"),
+     "absent, equals, one_of and matches: give one"),
     ('[[answers.rule]]\nstatus = 200\none_of = [1]\noutcome = "rejected"\n', 3, "one_of needs the field or header"),
     ('[[answers.rule]]\nstatus = 200\nfield = "a"\none_of = []\noutcome = "rejected"\n', 4, "one_of needs a value"),
     ('[[answers.rule]]\nstatus = 200\nfield = "a"\nequals = [{ x = 1 }]\noutcome = "rejected"\n', 4,
      "equals must be a string, a number, a boolean or an array of them"),
     ('[[answers.rule]]\nstatus = 200\nfield = "a..b"\noutcome = "rejected"\n', 3, "is no JSON path"),
+    ('[[answers.rule]]\nstatus = 200\nfield = "a"\nmatches = "(E"\noutcome = "rejected"\n', 4,
+     "matches is no pattern"),
+    ('[[answers.rule]]\nstatus = 200\nfield = "a"\nmatches = ""\noutcome = "rejected"\n', 4,
+     "matches needs a pattern"),
+    ('[[answers.rule]]\nstatus = 200\nmatches = "^E"\noutcome = "rejected"\n', 3, "matches needs the field or header"),
+    ('[[answers.rule]]\nstatus = 200\nfield = "a"\none_of = ["x"]\nmatches = "^E"\noutcome = "rejected"\n', 4,
+     "absent, equals, one_of and matches: give one"),
     ('[[answers.rule]]\nstatus = 429\nretry_after_header = "R"\nretry_after_field = "r"\noutcome = "rate_limited"\n',
      4, "retry_after_header or retry_after_field, not both"),
     ('[[answers.rule]]\nstatus = 429\nretry_after_header = "R"\nretry_after_match = "(\\\\d"\n'
@@ -195,6 +223,8 @@ def test_profile_check_names_the_line_of_each_broken_rule(tmp_path, capsys, text
     '[[answers.rule]]\nstatus = 400\nfield = "code"\none_of = [-1021, "x"]\noutcome = "invalid_nonce"\n',
     '[[answers.rule]]\nstatus = 200\nheader = "X-State"\nabsent = true\noutcome = "ambiguous"\n',
     '[[answers.rule]]\nstatus = 409\nfield = "code"\nequals = "DUP"\noutcome = "duplicate"\n',
+    '[[answers.rule]]\nstatus = 200\nfield = "error"\nmatches = \'^EService: ?Throttled: \\d+\'\n'
+    'outcome = "unavailable"\n',
     '[[answers.rule]]\nstatus = 200\nretry_after_field = "error"\nretry_after_match = \'Throttled: (\\d+)\'\n'
     'retry_after_unit = "epoch-s"\nbody_contains = "Throttled"\noutcome = "unavailable"\n',
     '[nonce]\nspent_by = "any-authenticated"\n',
@@ -217,6 +247,27 @@ KRAKEN = str(ROOT / "examples" / "profiles" / "kraken-like.toml")
     ({"result": {"txid": ["OUF4EM-FRGI2-MQMWZD"]}}, Outcome.BAD_ANSWER),  # no error array: nothing says accepted
     ({"error": ["EAPI:Invalid nonce"]}, Outcome.INVALID_NONCE),
     ({"error": ["EService:Unavailable"]}, Outcome.UNAVAILABLE),
+    ({"error": ["EService:Busy"]}, Outcome.UNAVAILABLE),
+    ({"error": ["EAPI:Rate limit exceeded"]}, Outcome.RATE_LIMITED),
+    ({"error": ["EOrder:Rate limit exceeded"]}, Outcome.RATE_LIMITED),
+    ({"error": ["EGeneral:Temporary lockout"]}, Outcome.BANNED),
+    ({"error": ["EAPI:Invalid key"], "result": {}}, Outcome.INVALID_KEY),
+    ({"error": ["EAPI:Invalid signature"]}, Outcome.INVALID_KEY),
+    ({"error": ["EGeneral:Permission denied"]}, Outcome.FORBIDDEN),
+    ({"error": ["EGeneral:Internal error"]}, Outcome.AMBIGUOUS),
+    # Issue 41, 4.9: the error array is read before any body text, and W is a warning. A warning beside a result
+    # (the docs give its form, "<severity><category>:<message>", not its words: these are made up) is a success.
+    ({"error": ["WGeneral:Deprecated field"], "result": {"descr": {"order": "buy 1.25 XBTUSD @ market"},
+                                                         "txid": ["OUF4EM-FRGI2-MQMWZD"]}}, Outcome.ACCEPTED),
+    ({"error": ["WGeneral:Deprecated field", "EOrder:Insufficient funds"]}, Outcome.REJECTED),
+    ({"error": ["WGeneral:Deprecated field", "EAPI:Invalid nonce"]}, Outcome.INVALID_NONCE),
+    # An error's words elsewhere in the body (an order's description) are no error: placed, or refused as it says.
+    ({"error": [], "result": {"descr": {"order": "buy 1.25 XBTUSD @ limit 100", "close": "EAPI:Invalid key"},
+                              "txid": ["OUF4EM-FRGI2-MQMWZD"]}}, Outcome.ACCEPTED),
+    ({"error": [], "result": {"descr": {"order": "EService: Throttled: 1764051065"}}}, Outcome.ACCEPTED),
+    ({"error": ["EOrder:Insufficient funds"], "result": {"descr": {"order": "Rate limit exceeded"}}},
+     Outcome.REJECTED),
+    ({"error": [5]}, Outcome.BAD_ANSWER),  # neither an error nor a warning: nothing says placed, nor refused
 ])
 def test_the_kraken_like_profile_reads_kraken_s_answers(payload, outcome):
     assert AnswerTable(load_profile(KRAKEN)).classify(200, body(payload), "7").outcome is outcome

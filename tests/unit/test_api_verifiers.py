@@ -20,7 +20,9 @@ from api_verifiers import (Answer, BinanceLike, BybitLike, CoinbaseAdvancedLike,
                            OkxLike, Received)
 from conftest import ROOT
 from thread_client.io.request_writer import RequestWriter
+from thread_client.policy.answers import AnswerTable, Outcome
 from thread_client.policy.order_status import Finding, StatusTable
+from thread_client.policy.retry import KeyStep, RequestStep, RetryPolicy
 from thread_client.profile import Secret, Signer, load_profile
 from thread_client.request import Request
 
@@ -101,6 +103,22 @@ def test_binance_spot_like_refuses_another_secret_and_finds_an_order_only_by_its
         assert binance.answer(status, STAMP_MS).body.get("code") == code, params
 
 
+def test_binance_spot_like_reads_a_waf_refusal_as_a_pause_that_keeps_the_key_and_places_nothing():
+    """Issue 41, 4.9: Binance's 403 is its firewall's (a WAF rule: a rate limit or a security block), given before
+    the API reads the key or places anything. The example reads it unavailable: the key is kept (never retired), and
+    the order sent again is placed, once."""
+    binance = BinanceLike({"K": "s3cret"}, waf_once=frozenset({"o1"}))
+    refused = binance.answer(written("binance-spot-like", "K", "s3cret", ORDER), STAMP_MS)
+    assert (refused.status, refused.accepted, binance.orders) == (403, False, {})
+    table = AnswerTable(load_profile(str(ROOT / "examples" / "profiles" / "binance-spot-like.toml")))
+    reading = table.classify(refused.status, refused.body.encode(), "o1")
+    assert reading.outcome is Outcome.UNAVAILABLE and not reading.outcome.ambiguous
+    action = RetryPolicy().decide(reading.outcome, 0, None, detail=reading.detail)
+    assert (action.key, action.request) == (KeyStep.KEEP, RequestStep.RETRY), action
+    assert binance.answer(written("binance-spot-like", "K", "s3cret", ORDER), STAMP_MS).accepted
+    assert list(binance.orders) == ["o1"]
+
+
 def test_coinbase_advanced_like_takes_a_token_for_this_request_once_from_this_key_only():
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
@@ -165,6 +183,19 @@ def test_kraken_like_asks_query_orders_by_cl_ord_id():
     assert finding("kraken-like", Answer(200, other), "o1") is Finding.UNKNOWN  # another order: nothing of this one
     refused = {"error": ["EGeneral:Invalid arguments:txid"]}  # should Kraken want a txid after all: asked again
     assert finding("kraken-like", Answer(200, refused), "o1") is Finding.UNKNOWN
+
+
+def test_kraken_like_reads_a_status_answer_by_its_error_array_and_takes_a_warning_for_no_error():
+    """Issue 41, 4.9: a QueryOrders answer with warnings only and no order is "not found", as one with no error; an
+    error beside a warning says nothing of the order, whatever it is."""
+    empty_warned = {"error": ["WGeneral:Deprecated field"], "result": {}}
+    assert finding("kraken-like", Answer(200, empty_warned), "o1") is Finding.NOT_FOUND
+    refused = {"error": ["WGeneral:Deprecated field", "EGeneral:Invalid arguments:txid"]}
+    assert finding("kraken-like", Answer(200, refused), "o1") is Finding.UNKNOWN
+    unknown_order = {"error": ["WGeneral:Deprecated field", "EOrder:Unknown order"]}
+    assert finding("kraken-like", Answer(200, unknown_order), "o1") is Finding.NOT_FOUND
+    found = {"error": ["WGeneral:Deprecated field"], "result": {"OQCLML-BW3P3-BUCMWZ": {"cl_ord_id": "o1"}}}
+    assert finding("kraken-like", Answer(200, found), "o1") is Finding.FOUND
 
 
 def test_okx_like_asks_get_order_details_by_inst_id_and_cl_ord_id_in_the_signed_query():

@@ -268,6 +268,18 @@ DOCUMENTED_ANSWERS = [
     ("okx-like", 200, {"code": "1", "msg": "Operation failed.", "data": [
         {"clOrdId": "o1", "ordId": "", "sCode": "51016", "sMsg": "Duplicated clOrdId"}]}, {}, "duplicate"),
     ("okx-like", 400, {"code": "50004", "msg": "API endpoint request timeout"}, {}, "ambiguous"),
+    # Issue 41, 4.9: 51016 and 50004 wherever OKX may put them: the order's sCode beside code "1" (or "2"), or the
+    # request's own top-level code.
+    ("okx-like", 200, {"code": "2", "msg": "", "data": [
+        {"clOrdId": "o1", "ordId": "", "sCode": "51016", "sMsg": "Duplicated clOrdId"}]}, {}, "duplicate"),
+    ("okx-like", 200, {"code": "51016", "msg": "Duplicated clOrdId", "data": []}, {}, "duplicate"),
+    ("okx-like", 200, {"code": "1", "msg": "Operation failed.", "data": [
+        {"clOrdId": "o1", "ordId": "", "sCode": "50004", "sMsg": "API endpoint request timeout (does not mean that "
+                                                               "the request was successful or failed)"}]}, {},
+     "ambiguous"),
+    ("okx-like", 200, {"code": "50004", "msg": "API endpoint request timeout (does not mean that the request was "
+                                               "successful or failed, please check the request result)",
+                       "data": []}, {}, "ambiguous"),
     ("okx-like", 401, {"code": "50102", "msg": "Timestamp request expired"}, {}, "invalid_nonce"),
     ("okx-like", 401, {"code": "50113", "msg": "Invalid Sign"}, {}, "invalid_key"),
     ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {"orderId": "9", "orderLinkId": "o1"}}, {},
@@ -278,6 +290,14 @@ DOCUMENTED_ANSWERS = [
     ("bybit-like", 200, {"retCode": 110007, "retMsg": "ab not enough for new order", "result": {}}, {}, "rejected"),
     ("bybit-like", 200, {"retCode": 110072, "retMsg": "OrderLinkedID is duplicate", "result": {}}, {}, "duplicate"),
     ("bybit-like", 200, {"retCode": 10000, "retMsg": "Server Timeout", "result": {}}, {}, "ambiguous"),
+    # Issue 41, 4.9: a server error may have placed the order; a spot order's own "Duplicate clientOrderId"; the
+    # gateway's HTTP 429 (system level frequency protection) and 401 (the key).
+    ("bybit-like", 200, {"retCode": 10016, "retMsg": "Server error.", "result": {}}, {}, "ambiguous"),
+    ("bybit-like", 200, {"retCode": 12141, "retMsg": "Duplicate clientOrderId", "result": {}}, {}, "duplicate"),
+    ("bybit-like", 200, {"retCode": 170141, "retMsg": "Duplicate clientOrderId", "result": {}}, {}, "duplicate"),
+    ("bybit-like", 200, {"retCode": 10006, "retMsg": "Too many visits!", "result": {}}, {}, "rate_limited"),
+    ("bybit-like", 429, "System level frequency protection. Please retry when encounter this", {}, "rate_limited"),
+    ("bybit-like", 401, "401 Authorization Required", {}, "invalid_key"),
     # A 0 that names no orderLinkId, or another: something was placed, never proven refused (issue 33's review).
     ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {}}, {}, "ambiguous"),
     ("bybit-like", 200, {"retCode": 0, "retMsg": "OK", "result": {"orderId": "1", "orderLinkId": ""}}, {},
@@ -292,6 +312,17 @@ DOCUMENTED_ANSWERS = [
     ("binance-spot-like", 400, {"code": -2010, "msg": "Account has insufficient balance for requested action."}, {},
      "rejected"),
     ("binance-spot-like", 400, {"code": -2010, "msg": "Duplicate order sent."}, {}, "duplicate"),
+    # Issue 41, 4.9: -1006, like -1007, leaves the order's execution status unknown, whatever the HTTP status; a 403
+    # is the firewall in front (a WAF rule): nothing was placed, and it says nothing of the key, never retired for it.
+    ("binance-spot-like", 400, {"code": -1006, "msg": "An unexpected response was received from the message bus. "
+                                                      "Execution status unknown."}, {}, "ambiguous"),
+    ("binance-spot-like", 503, {"code": -1006, "msg": "An unexpected response was received from the message bus. "
+                                                      "Execution status unknown."}, {}, "ambiguous"),
+    ("binance-spot-like", 400, {"code": -1007, "msg": "Timeout waiting for response from backend server. Send status "
+                                                      "unknown; execution status unknown."}, {}, "ambiguous"),
+    ("binance-spot-like", 403, "<html><head><title>403 Forbidden</title></head><body><h1>403 Forbidden</h1></body>"
+                               "</html>", {}, "unavailable"),
+    ("binance-spot-like", 403, "", {}, "unavailable"),
     ("coinbase-advanced-like", 200, {"success": True, "success_response": {"order_id": "9", "client_order_id": "o1"}},
      {}, "accepted"),
     ("coinbase-advanced-like", 200, {"success": False, "error_response": {

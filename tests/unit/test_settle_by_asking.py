@@ -278,8 +278,7 @@ def test_not_found_is_trusted_only_once_the_exchange_s_lag_has_passed_not_after_
     assert StatusTable(unknown_lag, http_timeout=1.0).doubt_lasts == 10.0
 
 
-@pytest.mark.parametrize("unread", [server_error(), answer(503, {"status": "error"}), answer(409, {"what": "?"})],
-                         ids=["5xx", "503", "a-status-no-rule-reads"])
+@pytest.mark.parametrize("unread", [server_error(), answer(409, {"what": "?"})], ids=["5xx", "a-status-no-rule-reads"])
 def test_an_answer_that_leaves_the_fate_open_is_asked_about_before_any_resend(unread):
     """Binance: a 5xx's "execution status is UNKNOWN and could have been a success". Sent again blindly, such an
     order was placed twice where the first had executed."""

@@ -48,8 +48,9 @@ _BUGS_BEFORE_GIVING_UP = 3
 _PAUSED_SENDER_RECHECK = 1.0
 #: Answers that leave a send's fate open, though they are no ambiguous reading: a duplicate (the first copy exists,
 #: or says it does), a 5xx or a status no rule reads (Binance: "the execution status is UNKNOWN and could have been a
-#: success"). Where the profile can ask ([settle]), each is settled by asking before any resend.
-_FATE_UNREAD = frozenset({Outcome.DUPLICATE, Outcome.SERVER_ERROR, Outcome.UNAVAILABLE})
+#: success"). Where the profile can ask ([settle]), each is settled by asking before any resend. An answer the
+#: profile reads as "unavailable" (a 503 to try later, a firewall's refusal) says the request was not taken.
+_FATE_UNREAD = frozenset({Outcome.DUPLICATE, Outcome.SERVER_ERROR})
 
 
 def _retry_after(reading: Reading, answer: Answer) -> float | None:

@@ -212,6 +212,9 @@ def _test(rule: AnswerRule) -> Callable[[object], bool]:
                               and all(map(_equal, found, rule.equals)))
     if rule.equals is not None:
         return lambda found: _equal(found, rule.equals)
+    if rule.matches:  # a pattern found in the text, or in one item of an array (Kraken's error array)
+        pattern = re.compile(rule.matches)
+        return lambda found: any(_matches(pattern, item) for item in (found if isinstance(found, list) else (found,)))
     return lambda found: found is not _MISSING  # the field only has to be there
 
 
@@ -223,6 +226,13 @@ def _equal(found: object, wanted: object) -> bool:
     if isinstance(found, bool) or isinstance(wanted, bool):
         return found is wanted
     return found == wanted or str(found) == str(wanted)
+
+
+def _matches(pattern: re.Pattern[str], found: object) -> bool:
+    """Whether ``found`` is a JSON string or number (or a header's text) ``pattern`` is found in."""
+    if not isinstance(found, (str, int, float)) or isinstance(found, bool):
+        return False
+    return pattern.search(str(found)) is not None
 
 
 def _phrase(status: int) -> str:

@@ -181,10 +181,12 @@ class AnswerRule:
     """One row of the answer table: an answer whose status lies in ``statuses`` (inclusive), whose
     body contains ``body_contains`` and whose JSON ``field`` (a path: ``error``, ``data[0].sCode``) or
     response ``header`` (one of the two) is there and, when given, ``equals`` a value (an array: ``[]`` is
-    the empty array), is ``one_of`` several, or is ``absent``, comes to ``outcome``. ``echo_id``: an
-    accepted answer must echo the sent id in this field. A retry time may be read from a header
-    (``retry_after_header``) or a JSON field (``retry_after_field``: a value, or an array's first item that
-    matches), through ``retry_after_match`` (a pattern whose group is the time), in ``retry_after_unit``."""
+    the empty array), is ``one_of`` several, ``matches`` a pattern (searched in a string or a number, or in
+    any one item of an array: ``^EAPI:Invalid nonce`` in Kraken's ``error`` array), or is ``absent``, comes to
+    ``outcome``. ``echo_id``: an accepted answer must echo the sent id in this field. A retry time may be read
+    from a header (``retry_after_header``) or a JSON field (``retry_after_field``: a value, or an array's first
+    item that matches), through ``retry_after_match`` (a pattern whose group is the time), in
+    ``retry_after_unit``."""
 
     outcome: str
     statuses: tuple[int, int]
@@ -194,6 +196,7 @@ class AnswerRule:
     equals: str | int | float | bool | tuple[str | int | float | bool, ...] | None = None
     one_of: tuple[str | int | float | bool, ...] = ()
     absent: bool = False
+    matches: str = ""  # a regular expression, searched
     echo_id: str = ""
     retry_after_header: str = ""
     retry_after_field: str = ""

@@ -71,8 +71,9 @@ _TABLES: dict[str, dict[str, _Field]] = {
     "answers.rule": {
         "status": _Field((int, list)), "body_contains": _TEXT, "field": _TEXT, "header": _TEXT,
         "equals": _Field((str, int, float, bool, list)), "one_of": _Field((list,)), "absent": _Field((bool,)),
-        "echo_id": _TEXT, "retry_after_header": _TEXT, "retry_after_field": _TEXT, "retry_after_match": _TEXT,
-        "retry_after_unit": _Field((str,), RETRY_UNITS), "outcome": _Field((str,), ANSWER_OUTCOMES),
+        "matches": _TEXT, "echo_id": _TEXT, "retry_after_header": _TEXT, "retry_after_field": _TEXT,
+        "retry_after_match": _TEXT, "retry_after_unit": _Field((str,), RETRY_UNITS),
+        "outcome": _Field((str,), ANSWER_OUTCOMES),
     },
     "settle": {
         "method": _Field((str,), METHODS), "path": _TEXT, "client_id_param": _TEXT, "params": _Field((list,)),
@@ -397,7 +398,8 @@ class _Compiler:
 
     def _reading(self, values: dict[str, Any], table: str, index: int) -> None:
         """Check what one rule reads: its subject (a JSON ``field`` or a ``header``), the one test on it (``equals``,
-        ``one_of``, ``absent``; none: it is there), and where a retry time comes from. Arrays become tuples."""
+        ``one_of``, ``matches``, ``absent``; none: it is there), and where a retry time comes from. Arrays become
+        tuples."""
         def line(name: str) -> int:
             return self._finder.line(table, name, index)
 
@@ -412,9 +414,10 @@ class _Compiler:
         for name in ("header", "retry_after_header"):
             if values.get(name) and not _HEADER_NAME.fullmatch(values[name]):
                 self._error(line(name), f"{name} must be an HTTP token, got {values[name]!r}")
-        tests = [name for name in ("absent", "equals", "one_of") if name in values and values[name] is not False]
+        tests = [name for name in ("absent", "equals", "one_of", "matches")
+                 if name in values and values[name] is not False]
         if len(tests) > 1:
-            self._error(line(tests[0]), "absent, equals and one_of: give one")
+            self._error(line(tests[0]), "absent, equals, one_of and matches: give one")
         for name in tests:
             if not (values.get("field") or values.get("header")):
                 self._error(line(name), f"{name} needs the field or header it tests")
@@ -429,6 +432,14 @@ class _Compiler:
                 values[name] = tuple(value)
         if "one_of" in values and not values["one_of"]:
             self._error(line("one_of"), "one_of needs a value (an empty array matches nothing)")
+        if "matches" in values:
+            try:
+                re.compile(values["matches"])
+            except re.error as exc:
+                self._error(line("matches"), f"matches is no pattern: {exc}")
+            else:
+                if not values["matches"]:
+                    self._error(line("matches"), "matches needs a pattern (an empty one matches any text)")
         if isinstance(values.get("equals"), tuple) and values.get("header"):
             self._error(line("equals"), "a header holds text: an array is equalled by a JSON field")
         self._retry_time(values, line)
