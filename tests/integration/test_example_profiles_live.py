@@ -159,20 +159,27 @@ def test_coinbase_advanced_like_signed_with_another_key_is_unauthorized(tmp_path
     assert {answer.body for answer in assert_refused(summary, verifier)} == {"Unauthorized"}
 
 
-def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_the_order_s_symbol(tmp_path):
-    """-1007 "execution status unknown" on an order Binance did place: the daemon asks GET /api/v3/order by the
-    order's symbol (mandatory there) and client id, finds it, and ends it accepted: one order at the exchange.
-    The example as it is, but for its limits' windows (a minute, 10 s), cut to 1 s: a run waits one out at start."""
+BINANCE_KEY = "vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A"
+
+
+def run_binance(tmp_path: Path, binance: BinanceLike) -> tuple[Verifier, dict]:
+    """One market order through the Binance-spot-like example, as it is but for its limits' windows (a minute, 10 s)
+    cut to 1 s (a run waits one out at start), against ``binance``; the verifier and the run's summary."""
     profile = tmp_path / "binance-spot-like.toml"
     text = (PROFILES / "binance-spot-like.toml").read_text()
     profile.write_text(text.replace("period_ms = 60000", "period_ms = 1000").replace("period_ms = 10000",
                                                                                       "period_ms = 1000"))
-    binance = BinanceLike({"vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A": "binance-secret-1"},
-                          unknown_once=frozenset({"order-0"}))
     with Verifier(binance) as verifier:
-        summary = run_example(verifier, tmp_path, profile,
-                              "vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A binance-secret-1\n",
+        summary = run_example(verifier, tmp_path, profile, f"{BINANCE_KEY} binance-secret-1\n",
                               '{"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}')
+    return verifier, summary
+
+
+def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_the_order_s_symbol(tmp_path):
+    """-1007 "execution status unknown" on an order Binance did place: the daemon asks GET /api/v3/order by the
+    order's symbol (mandatory there) and client id, finds it, and ends it accepted: one order at the exchange."""
+    binance = BinanceLike({BINANCE_KEY: "binance-secret-1"}, unknown_once=frozenset({"order-0"}))
+    verifier, summary = run_binance(tmp_path, binance)
     assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
     assert list(binance.orders) == ["order-0"] and [sent.method for sent in verifier.accepted] == ["POST"]
     assert verifier.refused == [Answer(200, binance.orders["order-0"])]  # the status ask's answer: found
@@ -181,17 +188,9 @@ def test_binance_spot_like_settles_an_execution_status_unknown_by_asking_with_th
 def test_binance_spot_like_rides_out_a_waf_refusal_with_its_key_kept_and_places_the_order_once(tmp_path):
     """Issue 41, 4.9: a 403 from Binance's firewall (a WAF rule) says nothing of the key: the one key is not retired,
     and the order, refused before the API read it (unavailable: not taken, nothing to ask), is sent again and placed
-    once; the run ends as any run does. The example as it is, but for its limits' windows cut to 1 s."""
-    profile = tmp_path / "binance-spot-like.toml"
-    text = (PROFILES / "binance-spot-like.toml").read_text()
-    profile.write_text(text.replace("period_ms = 60000", "period_ms = 1000").replace("period_ms = 10000",
-                                                                                      "period_ms = 1000"))
-    binance = BinanceLike({"vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A": "binance-secret-1"},
-                          waf_once=frozenset({"order-0"}))
-    with Verifier(binance) as verifier:
-        summary = run_example(verifier, tmp_path, profile,
-                              "vmPUZE6mv9SD5VNHk4HlWFsOr6aKE2zvsw0MuIgwCIPy6utIco14y7Ju91duEh8A binance-secret-1\n",
-                              '{"symbol": "BTCUSDT", "side": "BUY", "type": "MARKET", "quantity": "0.001"}')
+    once; the run ends as any run does."""
+    binance = BinanceLike({BINANCE_KEY: "binance-secret-1"}, waf_once=frozenset({"order-0"}))
+    verifier, summary = run_binance(tmp_path, binance)
     assert (summary["accepted"], summary["exit_code"]) == (1, 0), summary
     assert summary["stop_reason"] != "all keys retired", summary
     assert list(binance.orders) == ["order-0"] and [sent.method for sent in verifier.accepted] == ["POST"]
