@@ -41,7 +41,7 @@ DEFAULT_KEYS_SOURCE = "the reference server's public test keys"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: What ``http.client`` refuses in a host or a path: a space, a control character.
 _NOT_IN_URLS = re.compile(r"[\x00-\x20\x7f]")
-_USER_INFO = re.compile(r"//.*@", re.DOTALL)
+_USER_INFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*:/*)?.*@", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -290,9 +290,9 @@ class Config:
 
 
 def _without_user_info(url: str) -> str:
-    """``url`` with everything between its ``//`` and its last ``@`` (user info: a password, maybe) as ``***``,
-    parsed or not: what an error about it may show."""
-    return _USER_INFO.sub("//***@", url)
+    """``url`` with everything before its last ``@`` but its scheme (user info: a password, maybe) as ``***``,
+    parsed or not, with its ``//`` or without: what an error about it may show."""
+    return _USER_INFO.sub(r"\1***@", url)
 
 
 def _field_of(extra: str) -> str:

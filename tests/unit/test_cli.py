@@ -263,7 +263,8 @@ def test_bad_paths_and_urls_exit_2_with_one_line_never_a_traceback(argv, message
 
 
 @pytest.mark.parametrize("url", ["http://user:s3cr3t@h", "http://user:s3cr3t@[::1", "ftp://user:s3cr3t@h/x",
-                                 "http://u:s3cr3t/x@h:port", "https://s3cr3t@h:0"])
+                                 "http://u:s3cr3t/x@h:port", "https://s3cr3t@h:0", "user:s3cr3t@exchange.example",
+                                 "https:user:s3cr3t@h", "https:/user:s3cr3t@h"])
 def test_a_url_refused_is_never_echoed_with_its_user_info(url, capsys):
     """A password in --url (refused: the client sends none) must not reach the terminal or a log collector."""
     with pytest.raises(SystemExit) as exited:

@@ -61,6 +61,9 @@ def test_a_time_with_no_attempt_is_no_silence_of_the_exchange_s(clock):
     clock.advance(100)  # idle: no input
     outage.failed("connection reset")
     assert not outage.active
+    clock.advance(3600)  # an hour more with no attempt, after that one failure
+    outage.failed("connection reset")
+    assert not outage.active
 
 
 def test_during_an_outage_each_key_probes_at_a_growing_capped_interval(clock):

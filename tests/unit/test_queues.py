@@ -248,3 +248,24 @@ def test_a_worker_waiting_for_work_wakes_for_a_request_handed_to_its_key(manager
     manager.hand_to(request, "k1")
     waiter.join(5)
     assert taken == [request]
+
+
+def test_a_late_answer_counts_only_for_a_live_request_and_a_drain_ends_one_it_accepted_as_accepted(manager, clock):
+    """Noted for a request that has ended, a late 200 would linger for good, and make a later request of the same id
+    accepted with nothing sent; one that waits in a queue at the stop is accepted, neither buried nor left."""
+    manager.submit(new_request(1, clock))
+    ended = manager.take()
+    manager.watch_late(ended)
+    manager.bury(ended, FinalOutcome.RETRIES_EXHAUSTED)
+    manager.note_placed_late("1")  # after its request ended: nothing
+    assert not manager.placed_late(new_request(1, clock))
+    manager.submit(new_request(2, clock))
+    waiting = manager.take()
+    manager.watch_late(waiting)
+    manager.retry(waiting, Outcome.TIMEOUT, delay=60.0)
+    manager.note_placed_late("2")
+    manager.close()
+    assert manager.drain() == 0  # none left nor buried: accepted
+    counts = manager.counts()
+    assert counts.accepted == 1 and counts.balanced and manager.graveyard.by_outcome() == {"retries_exhausted": 1}
+    assert manager._late == {}  # nothing left behind

@@ -1016,12 +1016,15 @@ def test_exactly_once_a_duplicate_after_an_earlier_send_of_its_own_is_that_copy_
     rig.assert_clean()
 
 
-def test_exactly_once_a_duplicate_with_no_earlier_send_of_its_own_is_recorded_as_the_duplicate_it_is():
-    """Nothing of this request left before: the order the exchange holds under its client id is another's (a line of
-    an earlier input, another client's). Once read as this request's own, accepted: it never was."""
-    rig = Rig(duplicate_id(), delivery=EXACTLY_ONCE, answers=ORDERS)
+@pytest.mark.parametrize("before", [(), (invalid_nonce(),)], ids=["first send", "after a send plainly refused"])
+def test_exactly_once_a_duplicate_with_no_earlier_send_of_its_own_in_doubt_is_recorded_as_the_duplicate_it_is(before):
+    """Nothing of this request left before, or only sends the exchange plainly refused: the order it holds under its
+    client id is another's (a line of an earlier input, another client's). Once read as this request's own,
+    accepted: it never was."""
+    rig = Rig(*before, duplicate_id(), delivery=EXACTLY_ONCE, answers=ORDERS)
     rig.submit("r1")
-    rig.handle_next()
+    for _ in range(len(before) + 1):
+        rig.handle_next()
     assert rig.queues.counts().accepted == 0 and rig.queues.graveyard.by_outcome() == {"duplicate": 1}
     rig.assert_clean()
 
@@ -1056,6 +1059,7 @@ def test_a_late_answer_that_accepted_a_send_ends_its_retry_accepted_never_sent_a
     request = rig.submit("r1")
     rig.handle_next()  # timed out: retried
     permit = rig.key.limiter.acquire(timeout=0)  # the watched send's slot, as the worker keeps it
+    rig.queues.watch_late(request)  # as the worker does when it hands the connection to the watch
     rig.key.watch_started(time.monotonic())
     rig.worker._freed_late(permit, "r1", time.monotonic(), time.monotonic(), ok("r1"))
     rig.handle_next()

@@ -257,8 +257,8 @@ class StreamSource:
             return replace(item, resumed=True)
         with store_call():
             sent = store.hget(self.work.sent, item.receipt)
-        if sent is None:
-            return replace(item, resumed=True)
+        if sent is None:  # every send is journaled first: none of it left (or one was answered, not taken)
+            return item if self._can_ask else replace(item, resumed=True)
         key, nonce = sent.split(" ")[:2]  # "key-id nonce consumer"
         if not self._can_ask:
             return UnknownFate(item.id, f"sent with nonce {nonce} on {key} by a member that stopped before its "

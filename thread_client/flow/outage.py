@@ -59,6 +59,7 @@ class OutageGate:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._failing_since: float | None = None  # the first attempt that failed since the last answer
+        self._last_failure = -math.inf
         self._ever_answered = False
         self._cause = ""
         self._outage_since: float | None = None
@@ -95,8 +96,9 @@ class OutageGate:
         with self._lock:
             now = self._clock()
             self._cause = cause
-            if self._failing_since is None:
-                self._failing_since = now
+            if self._failing_since is None or now - self._last_failure > self._outage_after:
+                self._failing_since = now  # a failure after a long spell with no attempt starts a silence anew
+            self._last_failure = now
             if self._outage_since is None and now - self._failing_since < self._outage_after:
                 return
             if self._outage_since is None:

@@ -107,9 +107,10 @@ class QueueManager:
         self._in_flight = 0
         self._closed = False
         self._refused_as: tuple[FinalOutcome, str] = (FinalOutcome.SHUTDOWN, "")  # for a submit after close()
-        # Ids a late answer showed accepted while a send of theirs was retried: each ends accepted when next taken,
-        # never sent again. Held until then, or until the request ends another way: one entry per such answer.
-        self._placed_late: set[str] = set()
+        # Ids of live requests with a send that timed out and is watched for its late answer, each True once that
+        # answer accepted it: the request then ends accepted when next taken (or drained), never sent again. Each
+        # goes when its request ends: one entry per live request with a watched send.
+        self._late: dict[str, bool] = {}
 
     def __repr__(self) -> str:
         return f"<QueueManager {self.counts().identity()}>"
@@ -167,19 +168,22 @@ class QueueManager:
             self._in_flight += 1
         return request
 
+    def watch_late(self, request: Request) -> None:
+        """A send of the in-flight ``request`` timed out and is watched for its late answer (``note_placed_late``)."""
+        with self._lock:
+            self._late.setdefault(request.req_id, False)
+
     def note_placed_late(self, req_id: str) -> None:
         """A late answer to a send of ``req_id`` that timed out accepted it: the request, retried meanwhile, ends
-        accepted when next taken (``placed_late``), never sent again."""
+        accepted when next taken (``placed_late``) or drained, never sent again. Nothing if it has ended."""
         with self._lock:
-            self._placed_late.add(req_id)
+            if req_id in self._late:
+                self._late[req_id] = True
 
     def placed_late(self, request: Request) -> bool:
-        """Whether a late answer showed ``request`` accepted (``note_placed_late``); the note is used up."""
+        """Whether a late answer showed ``request`` accepted (``note_placed_late``)."""
         with self._lock:
-            if request.req_id not in self._placed_late:
-                return False
-            self._placed_late.discard(request.req_id)
-            return True
+            return self._late.get(request.req_id, False)
 
     def accept(self, request: Request) -> None:
         """An in-flight request was accepted: its journey ends. It is counted so even if its durable
@@ -193,7 +197,7 @@ class QueueManager:
 
     def _count_accepted(self, request: Request) -> None:
         with self._lock:
-            self._placed_late.discard(request.req_id)
+            self._late.pop(request.req_id, None)
             self._accepted += 1
             self._in_flight -= 1
             self._count_finished()
@@ -234,6 +238,7 @@ class QueueManager:
         """An in-flight request, never sent, is no longer this daemon's: another member took its work
         entry over and writes its record. It ends here with none."""
         with self._lock:
+            self._late.pop(request.req_id, None)
             self._taken_over += 1
             self._in_flight -= 1
             self._count_finished()
@@ -248,7 +253,7 @@ class QueueManager:
             self._record_burial(request, outcome, detail)
         finally:
             with self._lock:
-                self._placed_late.discard(request.req_id)
+                self._late.pop(request.req_id, None)
                 self._in_flight -= 1
                 self._count_finished()
 
@@ -283,6 +288,19 @@ class QueueManager:
             self._record_burial(request, outcome, detail)
         except OSError:
             pass
+
+    def _accept_unsent(self, request: Request) -> None:
+        """A request waiting in a queue that a late answer showed accepted: its record (one that cannot be written is
+        kept in memory and reported, as ``_record_burial_unsent``'s), and counted."""
+        try:
+            if self.results is not None:
+                self.results.record(request, FinalOutcome.ACCEPTED)
+        except OSError:
+            pass
+        with self._lock:
+            self._late.pop(request.req_id, None)
+            self._accepted += 1
+            self._count_finished()
 
     def _count_finished(self, requests: int = 1) -> None:
         """Called with the lock held."""
@@ -328,7 +346,8 @@ class QueueManager:
         self._dlq.close()
 
     def drain(self, outcome: FinalOutcome = FinalOutcome.SHUTDOWN, detail: str = "") -> int:
-        """Empty the main queue and the DLQ; returns how many. If unsent requests are kept (the
+        """Empty the main queue and the DLQ; returns how many were left or buried (one a late answer showed accepted
+        ends accepted). If unsent requests are kept (the
         user's resumable input), they are left for the next run whatever stopped this one (a
         signal, every key retired, a wrong endpoint): no final record, so a rerun of the same
         input after the cause is fixed sends them (those sent once marked as resumed). A local
@@ -338,6 +357,13 @@ class QueueManager:
         Call once the threads that put into the queues are stopped (after ``close()``), or more may arrive.
         """
         requests = [entry[2] for entry in self._main.drain()] + self._dlq.drain()
+        placed = [request for request in requests if self.placed_late(request)]
+        for request in placed:  # a late answer accepted it while it waited: accepted, neither left nor buried
+            self._accept_unsent(request)
+        requests = [request for request in requests if request not in placed]
+        with self._lock:
+            for request in requests:
+                self._late.pop(request.req_id, None)
         buried = [request for request in requests if not self._keeps(request)]
         self._leave(len(requests) - len(buried))
         for request in buried:

@@ -248,6 +248,11 @@ class Worker(ManagedThread):
             self.key.limiter.cancel(permit)
             self._hand_back(request)
             return
+        if self._queues.placed_late(request):  # its earlier send's late answer came while the permit was awaited
+            self.key.limiter.cancel(permit)
+            self._conclude(request, Reading(Outcome.ACCEPTED, "accepted by a late answer to an earlier send"), None,
+                           self._clock())
+            return
         sent_at = self._clock()
         try:
             reading, retry_after = self._exchange(permit, request)
@@ -259,16 +264,19 @@ class Worker(ManagedThread):
             self._queues.let_go(request)
             self._holding = None
             return
-        if reading.outcome.ambiguous or reading.outcome is Outcome.DUPLICATE:
+        fate_open = reading.outcome.ambiguous or reading.outcome in _FATE_UNREAD
+        if fate_open:
             request.placed_maybe = True  # its order may be in this key's account: asked and sent again only there
-        refused = not reading.outcome.ambiguous and reading.outcome is not Outcome.ACCEPTED
+        # Answered, and not taken: a send whose fate the answer leaves open is not, where it is asked about first.
+        refused = reading.outcome is not Outcome.ACCEPTED and not (
+            reading.outcome.ambiguous or (self._status is not None and reading.outcome in _FATE_UNREAD))
         if refused:
             self._in_doubt = None  # whatever raises from here on, the send was surely not accepted
             if self._settles:
                 self._note_answered(request, permit)
         elif reading is _STALE:
             self._listener.stale_connection()
-        if self._status is not None and (reading.outcome.ambiguous or reading.outcome in _FATE_UNREAD):
+        if self._status is not None and fate_open:
             reading, retry_after = self._settle_by_asking(permit, request, reading, sent_at), None
         elif reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)
@@ -611,7 +619,7 @@ class Worker(ManagedThread):
             # does not wait on it. With one send in flight, the order gate would otherwise never open again.
             limiter.give_up_order(permit)
             if isinstance(exc, AnswerTimedOut):
-                self._wait_for_late_answer(permit, "", exc.connection)
+                self._wait_for_late_answer(permit, None, exc.connection)
                 self._outage.failed("timeouts")
                 return Finding.UNKNOWN, Reading(Outcome.TIMEOUT, exc.detail), None
             limiter.release(permit, answered_at=None)
@@ -768,7 +776,7 @@ class Worker(ManagedThread):
                 self._outage.failed(exc.detail)
                 return Reading(Outcome.UNREACHABLE, exc.detail), None
             if isinstance(exc, AnswerTimedOut):
-                self._wait_for_late_answer(permit, request.req_id, exc.connection)
+                self._wait_for_late_answer(permit, request, exc.connection)
                 self._outage.failed("timeouts")
                 return Reading(Outcome.TIMEOUT, exc.detail), None
             limiter.release(permit, answered_at=None)
@@ -794,7 +802,7 @@ class Worker(ManagedThread):
             request.note_attempt(self.key.name, permit.nonce, answer.status, answer.body)
             reading = self._classify(answer.status, answer.body, request.req_id, answer.headers)
             if reading.outcome is Outcome.DUPLICATE and self._duplicate_accepted and (
-                    request.attempts > 1 or request.resumed or request.requeue):
+                    request.placed_maybe or request.resumed or request.requeue):
                 reading = _EARLIER_COPY  # the copy placed is one of this request's own earlier sends
             accepted = self._accepted = reading.outcome is Outcome.ACCEPTED
             if reading.unmatched:
@@ -809,7 +817,7 @@ class Worker(ManagedThread):
             self._listener.stale_connection()
         return reading, retry_after
 
-    def _wait_for_late_answer(self, permit: Permit, req_id: str, connection: socket.socket | None) -> None:
+    def _wait_for_late_answer(self, permit: Permit, request: Request | None, connection: socket.socket | None) -> None:
         """A send timed out: its slot waits for the server to show, on the connection it went out on,
         that it read the request. With no connection (or no watcher) it keeps the unanswered hold."""
         if connection is None or self._late_answers is None:
@@ -817,6 +825,9 @@ class Worker(ManagedThread):
                 connection.close()
             self.key.limiter.release(permit, answered_at=None)
             return
+        if request is not None:  # an order's send, not a status ask's: a late 200 ends its request accepted
+            self._queues.watch_late(request)
+        req_id = "" if request is None else request.req_id
         timed_out_at = self._clock()
         self.key.watch_started(timed_out_at)  # a shared key's next owner waits until it can no longer be stamped
         self._late_answers.watch(connection, partial(self._freed_late, permit, req_id, timed_out_at))

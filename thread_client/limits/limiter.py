@@ -72,7 +72,8 @@ class Permit:
     order of rules), its nonce, its place in the send order.
     ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown.
     ``after_unanswered``: seconds after the key's previous send, if that one was still unanswered (what
-    the order rule is told once this send surely left, when the permit is given back uncancelled)."""
+    the order rule is told once this send surely left, when the permit is given back uncancelled).
+    ``usual``: it spends what the usual send does (the profile's endpoint at weight 1)."""
 
     tokens: tuple[Hashable, ...]
     nonce: int
@@ -80,6 +81,7 @@ class Permit:
     sequence: int
     resend: bool = False
     after_unanswered: float | None = None
+    usual: bool = True
 
     @classmethod
     def of_earlier_run(cls, nonce: int) -> "Permit":
@@ -167,9 +169,10 @@ class ThreadSafeRateLimiter:
         self._looking_threads = 0  # threads in acquire() or wait_ready(); read without the lock by _wake
         self._order_open_at = -math.inf
         self._held_until = -math.inf
-        # When each send given back unanswered (or an earlier run's, expected) may be stamped at the latest; those
-        # past are dropped as it is read.
-        self._unanswered: list[float] = []
+        # When each send given back unanswered (or an earlier run's, expected) may be stamped at the latest, and
+        # whether it spent what the usual send does; those past are dropped as it is read.
+        self._unanswered: list[tuple[float, bool]] = []
+        self._unusual_out = 0  # permits out that spend another cost than the usual send's (a weight, a status ask)
         self._sequence = 0
         self._last_sent_at = -math.inf  # the latest first send's departure, and whether it is answered yet
         self._last_answered = True
@@ -226,17 +229,28 @@ class ThreadSafeRateLimiter:
         tokens = tuple(state.take(now, cost) if cost else None for (state, _), cost in zip(self._rules, costs))
         self._out += 1
         if resend_of is not None:
-            return Permit(tokens, nonce, now, resend_of.sequence, resend=True)
+            return self._counted(Permit(tokens, nonce, now, resend_of.sequence, resend=True,
+                                        usual=costs == self._usual_costs))
         after_unanswered = None if self._last_answered else now - self._last_sent_at
         self._order_open_at = now + self._gap()
         self._last_sent_at, self._last_answered = now, False
         self._sequence += 1
-        return Permit(tokens, nonce, now, self._sequence, after_unanswered=after_unanswered)
+        return self._counted(Permit(tokens, nonce, now, self._sequence, after_unanswered=after_unanswered,
+                                    usual=costs == self._usual_costs))
+
+    def _counted(self, permit: Permit) -> Permit:
+        """Count ``permit`` among the sends of another cost than the usual one, if it is one. Called with the
+        lock held."""
+        if not permit.usual:
+            self._unusual_out += 1
+        return permit
 
     def _settle(self, permit: Permit, stamped_by: float | None) -> None:
         """Give back what ``permit`` spent of each rule: stamped no later than ``stamped_by`` (None: it never
         reached the server). Called with the lock held; takes the shared ones'."""
         self._out -= 1
+        if not permit.usual:
+            self._unusual_out -= 1
         with self._shared_locked():
             for (state, _), token in zip(self._rules, permit.tokens):
                 if token is None:
@@ -365,7 +379,7 @@ class ThreadSafeRateLimiter:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
                 stamped_by = self._clock() + self._unanswered_hold
-                self._note_unanswered(stamped_by)
+                self._note_unanswered(stamped_by, permit.usual)
                 self._settle(permit, stamped_by)
                 self._no_answer_coming(permit, stamped_by)
             else:
@@ -455,19 +469,22 @@ class ThreadSafeRateLimiter:
     def _gap(self) -> float:
         return self._order_rule.gap if self._order_rule is not None else self._order_latency
 
-    def unanswered(self) -> tuple[int, float]:
-        """How many sends given back unanswered (or an earlier run's, expected) may still be stamped, and until
-        when at the latest (this limiter's clock; -inf: none may): beyond the sends in flight, what may yet weigh in
-        the server's limits (a stop records it)."""
+    def unanswered(self) -> tuple[int | None, float]:
+        """How many sends given back unanswered (or an earlier run's, expected) may still be stamped, in usual sends
+        (None: one of them, or of those in flight, spent another cost, a weight or a status ask's, so no count of
+        usual sends says what they weigh), and until when at the latest (this limiter's clock; -inf: none may):
+        beyond the sends in flight, what may yet weigh in the server's limits (a stop records it)."""
         with self._lock:
-            self._unanswered = [until for until in self._unanswered if until > self._clock()]
-            return len(self._unanswered), max(self._unanswered, default=-math.inf)
+            self._unanswered = [(until, usual) for until, usual in self._unanswered if until > self._clock()]
+            latest = max((until for until, _ in self._unanswered), default=-math.inf)
+            usual = self._unusual_out == 0 and all(usual for _, usual in self._unanswered)
+            return len(self._unanswered) if usual else None, latest
 
-    def _note_unanswered(self, stamped_by: float) -> None:
+    def _note_unanswered(self, stamped_by: float, usual: bool = True) -> None:
         """Called with the lock held."""
         now = self._clock()
-        self._unanswered = [until for until in self._unanswered if until > now]
-        self._unanswered.append(stamped_by)
+        self._unanswered = [(until, was_usual) for until, was_usual in self._unanswered if until > now]
+        self._unanswered.append((stamped_by, usual))
 
     def expect_late_stamps(self, units: int, stamped_by: float) -> bool:
         """``units`` sends of an earlier run or owner of the key, unanswered, may still be stamped by the server
