@@ -352,3 +352,24 @@ def test_a_status_ask_during_a_pause_is_no_new_send_only_about_an_order_sent_bef
     judged = lambda *ledger: kinds(_check_pauses(History(system, True, [], ledger=list(ledger), pauses=[pause])))
     assert judged(order, ask("c-1")) == set()  # settling c-1, sent before the pause
     assert judged(order, ask("c-2")) == {"sent_while_paused"}  # nothing of c-2 was out: a new send
+
+
+def test_a_run_that_exits_0_with_records_its_outputs_refused_is_found(tmp_path):
+    """A drain that met a full disk once exited 0: the stop's reason hid the failed output."""
+    from tools.campaign.checker import _check_runs
+
+    setting = dataclasses.replace(draw_setting(1, 10), topology="single", members=1, source="file", results="file",
+                                  requests=3, odd_lines=0, tls=False)
+    system = System(setting, tmp_path, lambda line: None)
+    run = DaemonRun("m1", 1, tmp_path / "run-1", [], started=100.0, exit_code=0)
+    run.ended = 110.0
+    run.folder.mkdir()
+    system.runs.append(run)
+
+    def judged(unwritten: int, exit_code: int) -> set[str]:
+        run.exit_code = exit_code
+        (run.folder / "summary.json").write_text(json.dumps({"identity_holds": True, "records_unwritten": unwritten}))
+        return kinds(_check_runs(History(system, True, [])))
+
+    assert judged(0, 0) == set()
+    assert judged(3, 0) == {"exit"}
