@@ -159,7 +159,8 @@ class Config:
         try:
             url = urlsplit(self.url)
         except ValueError as exc:  # an unclosed [ or a bracketed host that is no IP address
-            raise ConfigError(f"--url {shown!r} is no URL: {exc}") from exc
+            raise ConfigError(f"--url {shown!r} is no URL (an unclosed [ or a bracketed host that is no IP address)") \
+                from exc
         try:
             port = url.port
         except ValueError as exc:

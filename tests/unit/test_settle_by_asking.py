@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from fakes import Call, answer, ok, server_error
-from test_worker_paths import FIRST, Rig
+from test_worker_paths import FIRST, RecordingJournal, Rig
 from thread_client.delivery import AT_LEAST_ONCE, EXACTLY_ONCE, Delivery
 from thread_client.errors import AnswerTimedOut, ResetAfterSend
 from thread_client.limits.keys import ApiKey, RetireReason
@@ -339,3 +339,14 @@ def test_an_order_whose_key_the_operator_paused_waits_for_it_at_no_cost():
     r.handle_next()
     assert r.transport.calls == [] and r.queues.sizes() == (0, 1)  # back in the DLQ, to look again in a second
     assert (request.failures, request.unsent) == (0, 0)
+
+
+def test_under_a_settle_a_5xx_is_not_written_down_as_answered_before_it_is_asked_about():
+    """A line dropped as answered tells whoever holds the entry next (a member taking it over) that nothing of it
+    is in doubt: it would ask from any key, another account's, and send again."""
+    journal = RecordingJournal()
+    r = Rig(server_error(), found("r1"), delivery=EXACTLY_ONCE, answers=AnswerTable(PROFILE),
+            status=StatusTable(PROFILE, DOUBT), journal=journal)
+    r.submit("r1")
+    r.handle_next()
+    assert [line[0] for line in journal.lines] == ["sending"] and r.queues.counts().accepted == 1

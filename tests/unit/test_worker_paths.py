@@ -1066,3 +1066,18 @@ def test_a_late_answer_that_accepted_a_send_ends_its_retry_accepted_never_sent_a
     assert rig.transport.nonces == [FIRST] and rig.queues.counts().accepted == 1
     assert request.attempts == 1
     rig.assert_clean()
+
+
+def test_a_late_answer_that_comes_while_the_retry_is_out_ends_the_request_accepted_whatever_the_retry_met():
+    """The first send timed out; its 200 comes while the retry is out, and the retry is answered "duplicate" (the
+    first copy's client id). Recorded duplicate, the request hid the order the exchange placed."""
+    def the_first_copy_s_answer_comes(call: Call) -> Answer:
+        rig.queues.note_placed_late("r1")
+        return duplicate_id()
+
+    rig = Rig(AnswerTimedOut("timed out"), the_first_copy_s_answer_comes, answers=ORDERS)
+    request = rig.submit("r1")
+    rig.handle_next()  # timed out: retried
+    rig.queues.watch_late(request)  # as the worker does when it hands the connection to the watch
+    rig.handle_next()
+    assert rig.queues.counts().accepted == 1 and rig.queues.graveyard.by_outcome() == {}

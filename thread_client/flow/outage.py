@@ -12,6 +12,10 @@ from ..clock import Clock, monotonic
 
 __all__ = ["OutageGate", "OutageState"]
 
+#: A spell this long between two failures is a time with no attempt (idle input, a key held), not retries backing
+#: off (their backoff is capped far below it): the second failure starts a silence anew.
+_IDLE = 60.0
+
 log = logging.getLogger(__name__)
 
 
@@ -96,7 +100,7 @@ class OutageGate:
         with self._lock:
             now = self._clock()
             self._cause = cause
-            if self._failing_since is None or now - self._last_failure > self._outage_after:
+            if self._failing_since is None or now - self._last_failure > max(self._outage_after, _IDLE):
                 self._failing_since = now  # a failure after a long spell with no attempt starts a silence anew
             self._last_failure = now
             if self._outage_since is None and now - self._failing_since < self._outage_after:

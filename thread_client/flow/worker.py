@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # What a first send over a kept connection the server had closed reads as: ambiguous, and at-least-once
 # sends it once more with the same nonce.
 _STALE = Reading(Outcome.CONNECTION_RESET, "kept connection closed under the request")
+# What a request ends with once a late answer to an earlier send of it accepted it (``QueueManager.placed_late``).
+_PLACED_LATE = Reading(Outcome.ACCEPTED, "accepted by a late answer to an earlier send")
 # What a duplicate reads as under exactly-once with no status endpoint to ask (``_duplicate_accepted``).
 _EARLIER_COPY = Reading(Outcome.ACCEPTED, "accepted by an earlier copy (the exchange has its client id)")
 # Settling gives up (the request ends unknown) after this many sends in a row the transport failed on
@@ -231,8 +233,7 @@ class Worker(ManagedThread):
 
     def _handle(self, request: Request) -> None:
         if self._queues.placed_late(request):  # a late answer to its earlier send accepted it: never sent again
-            self._conclude(request, Reading(Outcome.ACCEPTED, "accepted by a late answer to an earlier send"), None,
-                           self._clock())
+            self._conclude(request, _PLACED_LATE, None, self._clock())
             return
         self._costs = self._costs_of(request)
         if request.sent_on and request.placed_maybe and not self._sends_here(request):
@@ -250,8 +251,7 @@ class Worker(ManagedThread):
             return
         if self._queues.placed_late(request):  # its earlier send's late answer came while the permit was awaited
             self.key.limiter.cancel(permit)
-            self._conclude(request, Reading(Outcome.ACCEPTED, "accepted by a late answer to an earlier send"), None,
-                           self._clock())
+            self._conclude(request, _PLACED_LATE, None, self._clock())
             return
         sent_at = self._clock()
         try:
@@ -360,7 +360,10 @@ class Worker(ManagedThread):
         self._conclude(request, self._settle(self._in_doubt, request), None, sent_at)
 
     def _conclude(self, request: Request, reading: Reading, retry_after: float | None, sent_at: float) -> None:
-        """Count the attempt sent at ``sent_at`` and route its request as the retry policy decides."""
+        """Count the attempt sent at ``sent_at`` and route its request as the retry policy decides; a request an
+        earlier send's late answer accepted meanwhile ends accepted, whatever this attempt came to."""
+        if reading.outcome is not Outcome.ACCEPTED and self._queues.placed_late(request):
+            reading, retry_after = _PLACED_LATE, None
         finished_at = self._clock()
         outcome = reading.outcome
         round_trip = finished_at - sent_at
