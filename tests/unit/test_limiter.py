@@ -86,15 +86,15 @@ def test_the_limiter_knows_until_when_the_sends_it_took_back_unanswered_may_be_s
     """What weighs in the server's limits beyond the sends in flight, which a stop must record: the latest
     unanswered hold; an answer or a cancel sets none."""
     lim = limiter(clock, unanswered_hold=1.0)
-    assert lim.unanswered() == (0, -math.inf)
+    assert lim.in_doubt() == (0, -math.inf)
     reset, answered = lim.acquire(timeout=0), lim.acquire(timeout=0)
     lim.release(reset, answered_at=None)
     clock.advance(0.5)
     lim.release(answered, answered_at=clock())
     lim.cancel(lim.acquire(timeout=0))
-    assert lim.unanswered() == (1, clock() - 0.5 + 1.0)
+    assert lim.in_doubt() == (1, clock() - 0.5 + 1.0)
     clock.advance(0.5)
-    assert lim.unanswered() == (0, -math.inf)  # past: it can no longer be stamped
+    assert lim.in_doubt() == (0, -math.inf)  # past: it can no longer be stamped
 
 
 def test_sends_an_earlier_run_left_in_doubt_are_counted_until_they_can_land_and_the_key_sends_with_the_rest(clock):
@@ -102,7 +102,7 @@ def test_sends_an_earlier_run_left_in_doubt_are_counted_until_they_can_land_and_
     sent nothing until then); more than its rules can take now, and the caller holds it instead."""
     lim = limiter(clock, rate=20, window=1.0)
     assert lim.expect_late_stamps(6, clock() + 30.0)
-    assert lim.unanswered() == (6, clock() + 30.0)
+    assert lim.in_doubt() == (6, clock() + 30.0)
     sent = 0
     while lim.wait_ready(timeout=0):
         lim.release(lim.acquire(timeout=0), clock(), accepted=True)
@@ -528,15 +528,21 @@ def test_a_cancelled_permit_is_no_send_to_the_order_rule(clock):
     assert rule.sends == [pytest.approx(rule.gap), None]  # each counted once given back: it surely left
 
 
-def test_sends_in_doubt_that_spent_another_cost_than_the_usual_send_are_no_count_of_usual_sends(clock):
+def test_sends_in_doubt_are_counted_in_usual_sends_by_what_they_weigh(clock):
     """Three sends of weight 5 in doubt weigh 15 of a ring of 20: counted as three usual sends, the next run would
-    send 17 at once (32 of 20). The count is then not known, and the next run holds the key instead."""
+    send 17 at once (32 of 20). Each counts as the usual sends it weighs at most in any rule; one that spends of a
+    rule the usual send does not (a status endpoint's own limit) is no count of usual sends at all: the next run
+    holds the key instead."""
     rule = dataclasses.replace(LimitRule.ring(20, 1.0), cost="weight")
-    lim = ThreadSafeRateLimiter(rules=[(rule.new_state(), rule)], clock=clock, unanswered_hold=1.0, order_latency=0.0,
-                                nonces=NonceGenerator(clock=lambda: 0))
-    weighty = lim.costs_of("", 5)
-    lim.release(lim.acquire(timeout=0, costs=weighty), answered_at=None)
-    assert lim.unanswered()[0] is None
+    asks = LimitRule("status asks", "rolling-window", limit=5, period_ms=1000, cost=(("GET /api/order", 1),))
+    lim = ThreadSafeRateLimiter(rules=[(rule.new_state(), rule), (asks.new_state(), asks)], clock=clock,
+                                unanswered_hold=1.0, order_latency=0.0, nonces=NonceGenerator(clock=lambda: 0),
+                                endpoint="GET /api/request")
+    lim.release(lim.acquire(timeout=0, costs=lim.costs_of("", 5)), answered_at=None)
+    assert lim.in_doubt()[0] == 5
+    lim.acquire(timeout=0, costs=lim.costs_of("", 3))  # in flight at the stop
+    assert lim.in_doubt()[0] == 8
     clock.advance(1.01)
-    lim.acquire(timeout=0, costs=weighty)  # in flight at the stop
-    assert lim.unanswered() == (None, -math.inf)
+    assert lim.in_doubt() == (3, -math.inf)
+    lim.acquire(timeout=0, costs=lim.costs_of("GET /api/order", 1))
+    assert lim.in_doubt()[0] is None

@@ -411,8 +411,8 @@ class HostKeyPool(BaseKeyPool):
             state.unlock()
 
     def _in_doubt(self, key: ApiKey, now: float) -> tuple[int | None, float]:
-        """How many of the key's sends are still in doubt (None: one spent another cost than the usual send, and
-        the next run holds the key instead of counting them), and how long from ``now`` they may weigh in the server's
+        """What the key's sends still in doubt weigh, in usual sends (None: one spent of a rule the usual send does
+        not, and the next run holds the key instead of counting them), and how long from ``now`` they may weigh in the server's
         limits (0: none does), a stamp weighing the limits' memory: one watched for its late answer may be stamped
         until the watch's cap, one in flight unwatched (its worker did not stop in time: the process abandons it)
         until the cap from now, one given back unanswered (reset after it left, or an earlier run's, still
@@ -421,8 +421,7 @@ class HostKeyPool(BaseKeyPool):
         watching, in_flight = key.watching, key.limiter.state().in_flight
         since = now if in_flight > watching else key.watched_since()
         watched_until = -math.inf if since is None else since + self._late_answer_cap
-        unanswered, unanswered_until = key.limiter.unanswered()
-        units = None if unanswered is None else max(in_flight, watching) + unanswered
+        units, unanswered_until = key.limiter.in_doubt()
         return units, max(0.0, max(watched_until, unanswered_until) + self._memory - now)
 
 

@@ -73,7 +73,8 @@ class Permit:
     ``resend``: the same send again (same nonce, same place), after an attempt whose fate is unknown.
     ``after_unanswered``: seconds after the key's previous send, if that one was still unanswered (what
     the order rule is told once this send surely left, when the permit is given back uncancelled).
-    ``usual``: it spends what the usual send does (the profile's endpoint at weight 1)."""
+    ``units``: how many usual sends (the profile's endpoint at weight 1) it weighs at most in any rule; None if it
+    spends of a rule the usual send does not (no count of usual sends says what it weighs)."""
 
     tokens: tuple[Hashable, ...]
     nonce: int
@@ -81,7 +82,7 @@ class Permit:
     sequence: int
     resend: bool = False
     after_unanswered: float | None = None
-    usual: bool = True
+    units: int | None = 1
 
     @classmethod
     def of_earlier_run(cls, nonce: int) -> "Permit":
@@ -169,10 +170,11 @@ class ThreadSafeRateLimiter:
         self._looking_threads = 0  # threads in acquire() or wait_ready(); read without the lock by _wake
         self._order_open_at = -math.inf
         self._held_until = -math.inf
-        # When each send given back unanswered (or an earlier run's, expected) may be stamped at the latest, and
-        # whether it spent what the usual send does; those past are dropped as it is read.
-        self._unanswered: list[tuple[float, bool]] = []
-        self._unusual_out = 0  # permits out that spend another cost than the usual send's (a weight, a status ask)
+        # When each send given back unanswered (or an earlier run's, expected) may be stamped at the latest, and how
+        # many usual sends it weighs (``Permit.units``); those past are dropped as it is read.
+        self._unanswered: list[tuple[float, int | None]] = []
+        self._units_out = 0  # what the permits out weigh, in usual sends
+        self._unknown_out = 0  # permits out whose weight no count of usual sends says
         self._sequence = 0
         self._last_sent_at = -math.inf  # the latest first send's departure, and whether it is answered yet
         self._last_answered = True
@@ -230,27 +232,42 @@ class ThreadSafeRateLimiter:
         self._out += 1
         if resend_of is not None:
             return self._counted(Permit(tokens, nonce, now, resend_of.sequence, resend=True,
-                                        usual=costs == self._usual_costs))
+                                        units=self._units_of(costs)))
         after_unanswered = None if self._last_answered else now - self._last_sent_at
         self._order_open_at = now + self._gap()
         self._last_sent_at, self._last_answered = now, False
         self._sequence += 1
         return self._counted(Permit(tokens, nonce, now, self._sequence, after_unanswered=after_unanswered,
-                                    usual=costs == self._usual_costs))
+                                    units=self._units_of(costs)))
 
     def _counted(self, permit: Permit) -> Permit:
-        """Count ``permit`` among the sends of another cost than the usual one, if it is one. Called with the
-        lock held."""
-        if not permit.usual:
-            self._unusual_out += 1
+        """Count what ``permit`` weighs among the permits out. Called with the lock held."""
+        if permit.units is None:
+            self._unknown_out += 1
+        else:
+            self._units_out += permit.units
         return permit
+
+    def _units_of(self, costs: tuple[int, ...]) -> int | None:
+        """How many usual sends a send of ``costs`` weighs at most in any rule (``Permit.units``)."""
+        if costs == self._usual_costs:
+            return 1
+        units = 0
+        for cost, usual in zip(costs, self._usual_costs):
+            if cost and not usual:
+                return None
+            if cost:
+                units = max(units, math.ceil(cost / usual))
+        return units
 
     def _settle(self, permit: Permit, stamped_by: float | None) -> None:
         """Give back what ``permit`` spent of each rule: stamped no later than ``stamped_by`` (None: it never
         reached the server). Called with the lock held; takes the shared ones'."""
         self._out -= 1
-        if not permit.usual:
-            self._unusual_out -= 1
+        if permit.units is None:
+            self._unknown_out -= 1
+        else:
+            self._units_out -= permit.units
         with self._shared_locked():
             for (state, _), token in zip(self._rules, permit.tokens):
                 if token is None:
@@ -379,7 +396,7 @@ class ThreadSafeRateLimiter:
                 self._nonce_skip = _FIRST_NONCE_SKIP
             if answered_at is None:
                 stamped_by = self._clock() + self._unanswered_hold
-                self._note_unanswered(stamped_by, permit.usual)
+                self._note_unanswered(stamped_by, permit.units)
                 self._settle(permit, stamped_by)
                 self._no_answer_coming(permit, stamped_by)
             else:
@@ -469,22 +486,23 @@ class ThreadSafeRateLimiter:
     def _gap(self) -> float:
         return self._order_rule.gap if self._order_rule is not None else self._order_latency
 
-    def unanswered(self) -> tuple[int | None, float]:
-        """How many sends given back unanswered (or an earlier run's, expected) may still be stamped, in usual sends
-        (None: one of them, or of those in flight, spent another cost, a weight or a status ask's, so no count of
-        usual sends says what they weigh), and until when at the latest (this limiter's clock; -inf: none may):
-        beyond the sends in flight, what may yet weigh in the server's limits (a stop records it)."""
+    def in_doubt(self) -> tuple[int | None, float]:
+        """What the sends that may still be stamped weigh, in usual sends (``Permit.units``): those in flight, and
+        those given back unanswered (or an earlier run's, expected); None if one spent of a rule the usual send does
+        not. And until when at the latest one given back may be stamped (this limiter's clock; -inf: none may; one
+        in flight is its caller's to bound). What may yet weigh in the server's limits: a stop records it."""
         with self._lock:
-            self._unanswered = [(until, usual) for until, usual in self._unanswered if until > self._clock()]
+            self._unanswered = [(until, units) for until, units in self._unanswered if until > self._clock()]
             latest = max((until for until, _ in self._unanswered), default=-math.inf)
-            usual = self._unusual_out == 0 and all(usual for _, usual in self._unanswered)
-            return len(self._unanswered) if usual else None, latest
+            if self._unknown_out or any(units is None for _, units in self._unanswered):
+                return None, latest
+            return self._units_out + sum(units for _, units in self._unanswered), latest
 
-    def _note_unanswered(self, stamped_by: float, usual: bool = True) -> None:
+    def _note_unanswered(self, stamped_by: float, units: int | None = 1) -> None:
         """Called with the lock held."""
         now = self._clock()
-        self._unanswered = [(until, was_usual) for until, was_usual in self._unanswered if until > now]
-        self._unanswered.append((stamped_by, usual))
+        self._unanswered = [(until, weight) for until, weight in self._unanswered if until > now]
+        self._unanswered.append((stamped_by, units))
 
     def expect_late_stamps(self, units: int, stamped_by: float) -> bool:
         """``units`` sends of an earlier run or owner of the key, unanswered, may still be stamped by the server
