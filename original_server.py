@@ -265,6 +265,11 @@ class OrderBook:
         """Whether the status endpoint finds the order: placed at least ``status_lag_ms`` ago, open or filled."""
         return any(placed + self._status_lag_ms <= now_ms for placed, _ in self._placed.get((account, client_id), ()))
 
+    @property
+    def pending(self) -> bool:
+        """Whether an order waits for the engine (read without the caller's lock: a list's length is atomic)."""
+        return bool(self._late)
+
     def place_later(self, due_ms: int, line: dict) -> None:
         heapq.heappush(self._late, (due_ms, next(self._late_order), line))
 
@@ -731,7 +736,10 @@ class ExchangeState:
 
     def place_due(self) -> None:
         """Place the orders answered -1007 whose time has come, each with a ledger line of its own: placed, or
-        refused as a duplicate where its client id was placed again meanwhile (the rule of ``Orders.client_ids``)."""
+        refused as a duplicate where its client id was placed again meanwhile (the rule of ``Orders.client_ids``).
+        Called as each request is read: with none pending (every run without --placed-late-ms) it takes no lock."""
+        if not self._book.pending:
+            return
         with self._lock:
             now = self._clock_ms()
             for line in self._book.due(now):

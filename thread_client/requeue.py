@@ -24,7 +24,7 @@ from .request import FinalOutcome, InvalidInput, Work, parse_line, read_json
 
 __all__ = [
     "DEAD", "DOUBLE_RISK", "NO_WAY_TO_ASK", "REQUEUABLE", "ask_first", "dead_letters", "double_risk", "in_doubt",
-    "keep_last", "original_requests", "outcomes", "refusal", "requeue_main",
+    "can_ask", "keep_last", "original_requests", "outcomes", "profile_flag", "refusal", "requeue_main",
 ]
 
 #: The outcomes a dead letter is never sent again for: ``accepted`` (no dead letter) and ``invalid_input`` (a line
@@ -51,11 +51,32 @@ NO_WAY_TO_ASK = ("an attempt went unanswered (or it was in flight at a crash), s
                  "and the profile has no [settle] to ask it first")
 
 
+_DOUBLE_RISK_VALUES = frozenset(outcome.value for outcome in DOUBLE_RISK)
+
+
 def in_doubt(record: dict) -> bool:
     """Whether a dead letter's order may be at the exchange already: an attempt of it went unanswered (ambiguous),
     it was in flight at a crash, or its outcome says so (``DOUBLE_RISK``)."""
     return (bool(record.get("ambiguous_attempts")) or record.get("resumed_after_crash") is True
-            or record.get("outcome") in {outcome.value for outcome in DOUBLE_RISK})
+            or record.get("outcome") in _DOUBLE_RISK_VALUES)
+
+
+def profile_flag(parser: argparse.ArgumentParser, whose: str, risk: str) -> None:
+    """``--profile``, as every command that requeues takes it: ``whose`` profile, and how the operator takes the
+    ``risk`` of a double order (a flag, a word of the API)."""
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
+                        help=f"{whose} profile (default %(default)s): a dead letter whose order may be at the "
+                        "exchange already (an attempt went unanswered) is requeued to be asked about first where it "
+                        f"has a [settle], and refused without one unless {risk}")
+
+
+def can_ask(parser: argparse.ArgumentParser, profile: str) -> bool:
+    """Whether ``profile`` (``profile_flag``'s value) can ask the exchange about an order: it has a [settle]. A
+    profile that cannot be read is a bad setting (one line, exit 2)."""
+    try:
+        return load_profile(profile).settle is not None
+    except ProfileError as exc:
+        parser.error(f"--profile {profile}: {exc}")
 
 
 def ask_first(works: Iterable[Work], dead: Mapping[str, dict], *, can_ask: bool,
@@ -170,15 +191,9 @@ def requeue_main(argv: list[str], prog: str) -> int:
     parser.add_argument("--input", metavar="PATH",
                         help="the run's input file: where a dead letter never sent (so not in FILE.sent, the send "
                         "journal) is found by its id")
-    parser.add_argument("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
-                        help="the run's profile (default %(default)s): a dead letter whose order may be at the "
-                        "exchange already (an attempt went unanswered) is requeued to be asked about first where it "
-                        "has a [settle], and refused without one unless --may-double")
+    profile_flag(parser, "the run's", "--may-double")
     args = parser.parse_args(argv)
-    try:
-        can_ask = load_profile(args.profile).settle is not None
-    except ProfileError as exc:
-        parser.error(f"--profile {args.profile}: {exc}")
+    asks = can_ask(parser, args.profile)
     if (risk := double_risk(args.outcome)) is not None and not args.may_double:
         parser.error(f"--outcome {risk}: give --may-double to take that risk")
     results = Path(args.results)
@@ -190,7 +205,7 @@ def requeue_main(argv: list[str], prog: str) -> int:
     except OSError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc.filename}: {exc.strerror or exc}\n")
     requests, refused = ask_first((found[request_id] for request_id in dead if request_id in found), dead,
-                                  can_ask=can_ask, may_double=args.may_double)
+                                  can_ask=asks, may_double=args.may_double)
     missing = [request_id for request_id in dead if request_id not in found]
     report = sys.stderr if args.to == "-" else sys.stdout
     try:

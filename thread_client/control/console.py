@@ -14,7 +14,7 @@ from ..cluster.commands import STORE_HELP, open_work_stream
 from ..config import default_state_dir
 from ..errors import ConfigError, StoreUnavailable
 from ..exits import StopReason
-from ..profile import DEFAULT_PROFILE, ProfileError, load_profile
+from ..requeue import can_ask, profile_flag
 from ..stop_latch import StopLatch
 from .cluster_panel import ClusterPanel
 from .routes import Router
@@ -36,10 +36,7 @@ def console_main(argv: list[str], prog: str) -> int:
     does not answer at start, 2 on a bad setting."""
     parser = OneLineParser(prog=f"{prog} console", description=" ".join(console_main.__doc__.split()))
     parser.add_argument("--redis", required=True, metavar="URL", help=STORE_HELP)
-    parser.add_argument("--profile", default=DEFAULT_PROFILE, metavar="NAME|PATH",
-                        help="the members' profile (default %(default)s): a dead letter whose order may be at the "
-                        "exchange already is requeued to be asked about first where it has a [settle], and refused "
-                        "without one unless the operator takes the risk")
+    profile_flag(parser, "the members'", "the operator takes the risk")
     default_token = os.path.join(default_state_dir(), "control-token")
     control_flags(parser, port=CONSOLE_PORT, token_file="control-token in the state dir ($XDG_STATE_HOME/"
                   "thread_client or ~/.local/state/thread_client)")
@@ -48,10 +45,7 @@ def console_main(argv: list[str], prog: str) -> int:
         check_control_host(args.control_host, args.control_token_file)
     except ConfigError as exc:
         parser.error(str(exc))
-    try:
-        can_ask = load_profile(args.profile).settle is not None
-    except ProfileError as exc:
-        parser.error(f"--profile {args.profile}: {exc}")
+    asks = can_ask(parser, args.profile)
     work, store = open_work_stream(parser, args.redis, "--redis")
     with store:
         try:
@@ -67,7 +61,7 @@ def console_main(argv: list[str], prog: str) -> int:
             parser.error(f"{os.path.dirname(token_file)}: {exc.strerror or exc}")
         try:
             token, made = control_token(token_file)
-            server = ControlServer(Router(ClusterPanel(store, work, can_ask=can_ask), token), args.control_port, args.control_host,
+            server = ControlServer(Router(ClusterPanel(store, work, can_ask=asks), token), args.control_port, args.control_host,
                                    token_file=args.control_token_file)
         except ConfigError as exc:
             parser.error(str(exc))

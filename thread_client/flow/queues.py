@@ -181,9 +181,9 @@ class QueueManager:
                 self._late[req_id] = True
 
     def placed_late(self, request: Request) -> bool:
-        """Whether a late answer showed ``request`` accepted (``note_placed_late``)."""
-        with self._lock:
-            return self._late.get(request.req_id, False)
+        """Whether a late answer showed ``request`` accepted (``note_placed_late``). Asked on every send: one read of
+        the dict, without the lock (a lookup is atomic; a note made just after it is seen at the next look)."""
+        return self._late.get(request.req_id, False)
 
     def accept(self, request: Request) -> None:
         """An in-flight request was accepted: its journey ends. It is counted so even if its durable
@@ -298,7 +298,6 @@ class QueueManager:
         except OSError:
             pass
         with self._lock:
-            self._late.pop(request.req_id, None)
             self._accepted += 1
             self._count_finished()
 
@@ -356,14 +355,13 @@ class QueueManager:
 
         Call once the threads that put into the queues are stopped (after ``close()``), or more may arrive.
         """
-        requests = [entry[2] for entry in self._main.drain()] + self._dlq.drain()
-        placed = [request for request in requests if self.placed_late(request)]
-        for request in placed:  # a late answer accepted it while it waited: accepted, neither left nor buried
-            self._accept_unsent(request)
-        requests = [request for request in requests if request not in placed]
+        drained = [entry[2] for entry in self._main.drain()] + self._dlq.drain()
         with self._lock:
-            for request in requests:
-                self._late.pop(request.req_id, None)
+            placed = [self._late.pop(request.req_id, False) for request in drained]
+        requests = [request for request, was_placed in zip(drained, placed) if not was_placed]
+        for request, was_placed in zip(drained, placed):
+            if was_placed:  # a late answer accepted it while it waited: accepted, neither left nor buried
+                self._accept_unsent(request)
         buried = [request for request in requests if not self._keeps(request)]
         self._leave(len(requests) - len(buried))
         for request in buried:

@@ -267,16 +267,15 @@ class Worker(ManagedThread):
         fate_open = reading.outcome.ambiguous or reading.outcome in _FATE_UNREAD
         if fate_open:
             request.placed_maybe = True  # its order may be in this key's account: asked and sent again only there
-        # Answered, and not taken: a send whose fate the answer leaves open is not, where it is asked about first.
-        refused = reading.outcome is not Outcome.ACCEPTED and not (
-            reading.outcome.ambiguous or (self._status is not None and reading.outcome in _FATE_UNREAD))
-        if refused:
+        asked_first = fate_open and self._status is not None
+        # Answered, and not taken: a send whose fate is left open is not, where it is asked about first.
+        if reading.outcome is not Outcome.ACCEPTED and not reading.outcome.ambiguous and not asked_first:
             self._in_doubt = None  # whatever raises from here on, the send was surely not accepted
             if self._settles:
                 self._note_answered(request, permit)
         elif reading is _STALE:
             self._listener.stale_connection()
-        if self._status is not None and fate_open:
+        if asked_first:
             reading, retry_after = self._settle_by_asking(permit, request, reading, sent_at), None
         elif reading.outcome.ambiguous:
             reading, retry_after = self._after_ambiguous(permit, request, reading, retry_after, sent_at)

@@ -219,6 +219,7 @@ def _check_placements(history: History) -> list[Violation]:
     violations = []
     placed = _placements(history.ledger)
     records = _final_records_by_id(history)
+    no_answer = _no_answer_reached(history)
     unknowable = _sent_by_killed_runs_without_a_journal(history)  # documented: sent again, unmarked
     twice = {client_id: entries for client_id, entries in placed.items() if len(entries) > 1
              and client_id not in unknowable}
@@ -229,7 +230,7 @@ def _check_placements(history: History) -> list[Violation]:
                                         "exchange", tuple(twice)))
     else:
         answered = [client_id for client_id, entries in twice.items()
-                    if not all(_no_answer_reached(history, entry) for entry in entries[:-1])]
+                    if not all(map(no_answer, entries[:-1]))]
         if answered:
             violations.append(Violation("placed_again_after_an_answer", f"{len(answered)} orders placed again although "
                                         "the client was answered for an earlier copy", tuple(answered)))
@@ -239,25 +240,31 @@ def _check_placements(history: History) -> list[Violation]:
                                     "never placed them", tuple(denied)))
     refused = [line_id for line_id, record in records.items() if record["outcome"] in REFUSED and placed[line_id]
                and not (record["outcome"] in IN_DOUBT_OUTCOMES and _marked(record)
-                        and all(_no_answer_reached(history, entry) for entry in placed[line_id]))]
+                        and all(map(no_answer, placed[line_id])))]
     if refused:
         violations.append(Violation("refused_but_placed", f"{len(refused)} records say the request was not taken; "
                                     "the exchange placed it", tuple(refused)))
     return violations
 
 
-def _no_answer_reached(history: History, entry: dict) -> bool:
-    """Whether the client can have had no answer to the placement ``entry``: the exchange wrote none it could trust
-    (``UNANSWERED_PLACEMENTS``), or a fault that may lose answers was on when it decided (its clock, in ms)."""
-    if entry.get("verdict") in UNANSWERED_PLACEMENTS:
-        return True
-    decided = (entry.get("decided_ms") or entry.get("stamp_ms") or 0) / 1000
+def _no_answer_reached(history: History) -> Callable[[dict], bool]:
+    """Whether the client can have had no answer to a placement (a ledger entry): the exchange wrote none it could
+    trust (``UNANSWERED_PLACEMENTS``), or a fault that may lose answers was on when it decided (its clock, in ms).
+    The faults' spans (wall clock, widened by a latency and the HTTP timeout) are worked out once."""
     started = history.system.wall_started
     slack = history.system.setting.max_latency_ms / 1000 + defaults.HTTP_TIMEOUT
     spans = [(fault.at, fault.at + fault.length) for fault in history.timeline if fault.kind in ANSWERS_LOST]
     spans += [(edge, edge) for fault in history.timeline if fault.kind in ANSWERS_LOST_AT_EDGES
               for edge in (fault.at, fault.at + fault.length)]
-    return any(started + start - slack <= decided <= started + end + slack for start, end in spans)
+    spans = [(started + start - slack, started + end + slack) for start, end in spans]
+
+    def reached_none(entry: dict) -> bool:
+        if entry.get("verdict") in UNANSWERED_PLACEMENTS:
+            return True
+        decided = (entry.get("decided_ms") or entry.get("stamp_ms") or 0) / 1000
+        return any(start <= decided <= end for start, end in spans)
+
+    return reached_none
 
 
 def _check_pauses(history: History) -> list[Violation]:
