@@ -61,8 +61,8 @@ def console_main(argv: list[str], prog: str) -> int:
             parser.error(f"{os.path.dirname(token_file)}: {exc.strerror or exc}")
         try:
             token, made = control_token(token_file)
-            server = ControlServer(Router(ClusterPanel(store, work, can_ask=asks), token), args.control_port, args.control_host,
-                                   token_file=args.control_token_file)
+            server = ControlServer(Router(ClusterPanel(store, work, can_ask=asks), token), args.control_port,
+                                   args.control_host, token_file=args.control_token_file)
         except ConfigError as exc:
             parser.error(str(exc))
         except OSError as exc:
